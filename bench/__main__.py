@@ -1,0 +1,10 @@
+"""Run every benchmark table, one after another, in one process."""
+
+import importlib
+
+MODULES = [
+    "bench.verify",  # verifier cost by q encoding vs one log-softmax pass
+]
+
+for name in MODULES:
+    importlib.import_module(name).main()

@@ -1,0 +1,5 @@
+import sys
+
+from specpair.cli import main
+
+sys.exit(main())

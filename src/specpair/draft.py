@@ -1,0 +1,107 @@
+"""The sampled speculator: K autoregressive draft steps, each drawing d ~ q.
+
+At every step the speculator
+
+1. turns the draft model's logits into the exact law q with the request's
+   sampling params (``specpair.sampling.process_logits``), optionally
+   truncated further by the drafter's own ``draft_top_k``;
+2. encodes q as it will be shipped (fp32 log q: SPARSE when every row is
+   truncated, DENSE otherwise; POINT_MASS only in declared GREEDY mode);
+3. draws d from exactly those shipped values, by inverse CDF on the DRAFT
+   stream's uniform at the draft's absolute position;
+4. feeds d back to the model for the next step (step k+1 conditions on d_k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from enum import IntEnum
+
+import torch
+
+from specpair.proposal import Proposal, QKind
+from specpair.rng import Stream, uniform
+from specpair.sampling import SamplingParams, process_logits, sample_from_logp
+
+__all__ = ["DraftMode", "draft_step", "propose"]
+
+# next_logits(d_k [B] int64, k) -> logits [B, V] of step k+1 given d_k (k = 1..K-1)
+NextLogits = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+class DraftMode(IntEnum):
+    """What the drafter declares in its HELLO. Values are wire codes."""
+
+    SAMPLED = 1  # drafts are draws d ~ q; q travels with them
+    GREEDY = 2  # drafts are argmax; q is the point mass (POINT_MASS)
+
+
+def _with_draft_top_k(params: SamplingParams, draft_top_k: int) -> SamplingParams:
+    if draft_top_k <= 0:
+        return params
+    k = params.top_k
+    k = torch.where((k == 0) | (k > draft_top_k), torch.full_like(k, draft_top_k), k)
+    return replace(params, top_k=k)
+
+
+def draft_step(
+    logits: torch.Tensor,  # [B, V] draft logits at this step
+    params: SamplingParams,
+    position: torch.Tensor,  # [B] int64 absolute position of the token being drafted
+    mode: DraftMode = DraftMode.SAMPLED,
+    draft_top_k: int = 0,
+) -> tuple[torch.Tensor, QKind, torch.Tensor | None, torch.Tensor | None]:
+    """One draft step: (tokens [B], kind, q_logp [B, S|V] fp32 | None, q_ids [B, S] | None)."""
+    assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)
+    if mode == DraftMode.GREEDY:
+        return logits.argmax(dim=-1), QKind.POINT_MASS, None, None
+    eff = _with_draft_top_k(params, draft_top_k)
+    logq = process_logits(logits, eff)  # [B, V] fp32, -inf outside the support
+    u = uniform(params.seed, position, Stream.DRAFT)
+    if bool((eff.truncated() | eff.greedy).all()):
+        size = int(torch.isfinite(logq).sum(dim=-1).max())
+        vals, ids = logq.topk(size, dim=-1)  # [B, S]
+        ids = torch.where(torch.isfinite(vals), ids, -1)
+        col = sample_from_logp(vals, u)
+        return ids.gather(1, col.unsqueeze(1)).squeeze(1), QKind.SPARSE, vals, ids
+    return sample_from_logp(logq, u), QKind.DENSE, logq, None
+
+
+def _stack_padded(rows: list[torch.Tensor], fill: float | int) -> torch.Tensor:
+    width = max(r.shape[-1] for r in rows)
+    padded = [torch.nn.functional.pad(r, (0, width - r.shape[-1]), value=fill) for r in rows]
+    return torch.stack(padded, dim=1)
+
+
+def propose(
+    first_logits: torch.Tensor,  # [B, V] draft logits for the first draft position
+    next_logits: NextLogits,
+    params: SamplingParams,
+    position: torch.Tensor,  # [B] int64 absolute position of the first draft token
+    depth: int,
+    mode: DraftMode = DraftMode.SAMPLED,
+    draft_top_k: int = 0,
+) -> Proposal:
+    """Draft ``depth`` tokens autoregressively and return them with their laws."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    tokens, kinds, logps, idss = [], [], [], []  # per step
+    logits = first_logits
+    for k in range(depth):
+        d, kind, q_logp, q_ids = draft_step(logits, params, position + k, mode, draft_top_k)
+        tokens.append(d)
+        kinds.append(kind)
+        logps.append(q_logp)
+        idss.append(q_ids)
+        if k + 1 < depth:
+            logits = next_logits(d, k + 1)
+    present = torch.ones(params.batch, dtype=torch.bool)
+    toks = torch.stack(tokens, dim=1)
+    # The encoding depends only on the params, so every step has the same kind.
+    if kinds[0] == QKind.POINT_MASS:
+        return Proposal(toks, QKind.POINT_MASS, None, None, present)
+    if kinds[0] == QKind.SPARSE:
+        return Proposal(toks, QKind.SPARSE, _stack_padded(logps, float("-inf")),
+                        _stack_padded(idss, -1), present)
+    return Proposal(toks, QKind.DENSE, torch.stack(logps, dim=1), None, present)

@@ -1,0 +1,1 @@
+"""Gates: statistical and attestation checks that must pass before serving."""

@@ -1,0 +1,164 @@
+"""Sampling parameters and the exact law they define over a vocabulary.
+
+The same processing is applied to draft logits (giving q) and to target
+logits (giving p), so both sides of verification agree on what "the law of a
+request" means:
+
+1. temperature T > 0: scale logits by 1/T (T == 0 means greedy: argmax);
+2. top-k (k > 0): keep the k largest scaled logits (ties broken by
+   ``torch.topk``'s order, deterministically for a given input);
+3. top-p (p < 1): keep the smallest prefix of the remaining tokens, in
+   descending probability, whose mass reaches p (at least one token);
+4. renormalize: log-softmax over the kept tokens, -inf elsewhere.
+
+All arithmetic is fp32 on entry (``logits.float()``), matching vLLM's sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["SamplingParams", "process_logits", "sample_from_logp"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling parameters of a batch of B requests."""
+
+    temperature: torch.Tensor  # [B] fp32; 0 = greedy
+    top_k: torch.Tensor  # [B] int64; 0 = no top-k
+    top_p: torch.Tensor  # [B] fp32 in (0, 1]; 1 = no top-p
+    seed: torch.Tensor  # [B] int64; the Philox key of the request's noise streams
+
+    def __post_init__(self) -> None:
+        b = self.temperature.shape
+        for name in ("top_k", "top_p", "seed"):
+            if getattr(self, name).shape != b:
+                raise ValueError(f"SamplingParams.{name} has shape "
+                                 f"{tuple(getattr(self, name).shape)}, expected {tuple(b)}")
+        if len(b) != 1:
+            raise ValueError(f"SamplingParams fields must be 1-D [B], got {tuple(b)}")
+        if bool((self.temperature < 0).any()) or not bool(torch.isfinite(self.temperature).all()):
+            raise ValueError("temperature must be finite and >= 0")
+        if bool((self.top_k < 0).any()):
+            raise ValueError("top_k must be >= 0 (0 disables it)")
+        if bool(((self.top_p <= 0) | (self.top_p > 1)).any()):
+            raise ValueError("top_p must lie in (0, 1]")
+
+    @classmethod
+    def make(
+        cls,
+        batch: int,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | list[int] = 0,
+    ) -> SamplingParams:
+        """Uniform params for a batch; ``seed`` may be a list of per-request seeds."""
+        seeds = torch.as_tensor(seed, dtype=torch.int64)
+        if seeds.ndim == 0:
+            seeds = seeds.expand(batch).clone()
+        return cls(
+            temperature=torch.full((batch,), float(temperature), dtype=torch.float32),
+            top_k=torch.full((batch,), int(top_k), dtype=torch.int64),
+            top_p=torch.full((batch,), float(top_p), dtype=torch.float32),
+            seed=seeds,
+        )
+
+    @property
+    def batch(self) -> int:
+        return self.temperature.shape[0]
+
+    @property
+    def greedy(self) -> torch.Tensor:
+        """[B] bool: requests sampled by argmax."""
+        return self.temperature == 0
+
+    def truncated(self) -> torch.Tensor:
+        """[B] bool: requests whose law is truncated (top-k or top-p active, not greedy)."""
+        return ~self.greedy & ((self.top_k > 0) | (self.top_p < 1))
+
+    def expand(self, n: int) -> SamplingParams:
+        """Each request's params repeated n times (rows of [B, n] flattened to [B*n])."""
+        return SamplingParams(*(t.repeat_interleave(n) for t in
+                                (self.temperature, self.top_k, self.top_p, self.seed)))
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Log-probabilities of the processed law.
+
+    logits: [B, V] or [B, N, V] (params per request b, shared over N).
+    Returns fp32 log-probs of the same shape, -inf outside the support.
+    Greedy rows (T == 0) get the point mass at the argmax (log 1 = 0).
+    """
+    if logits.ndim == 3:
+        b, n, v = logits.shape
+        return process_logits(logits.reshape(b * n, v), params.expand(n)).reshape(b, n, v)
+    assert logits.ndim == 2 and logits.shape[0] == params.batch, (
+        f"logits {tuple(logits.shape)} vs batch {params.batch}")
+    x = logits.float()
+    greedy = params.greedy
+    temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
+    x = x / temp.to(x.device).unsqueeze(1)
+    if bool((params.top_k > 0).any()):
+        x = _top_k_mask(x, params.top_k.to(x.device))
+    if bool((params.top_p < 1).any()):
+        x = _top_p_mask(x, params.top_p.to(x.device))
+    logp = torch.log_softmax(x, dim=-1)
+    if bool(greedy.any()):
+        rows = greedy.nonzero().squeeze(1)
+        point = torch.full_like(logp[rows], float("-inf"))
+        point.scatter_(1, logits[rows].argmax(dim=-1, keepdim=True), 0.0)
+        logp[rows] = point
+    return logp
+
+
+def _top_k_mask(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    v = x.shape[-1]
+    k = torch.where((k <= 0) | (k > v), torch.full_like(k, v), k)
+    kmax = int(k.max())
+    vals, ids = x.topk(kmax, dim=-1)
+    keep = torch.arange(kmax, device=x.device).unsqueeze(0) < k.unsqueeze(1)
+    out = torch.full_like(x, float("-inf"))
+    out.scatter_(1, ids, torch.where(keep, vals, float("-inf")))
+    # rows without top-k keep everything
+    return torch.where((k == v).unsqueeze(1), x, out)
+
+
+def _top_p_mask(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    probs = torch.softmax(x, dim=-1)
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_p.cumsum(dim=-1) - sorted_p
+    drop_sorted = mass_before >= p.unsqueeze(1)
+    drop_sorted[:, 0] = False  # keep at least the most likely token
+    drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
+    drop &= (p < 1).unsqueeze(1)
+    return x.masked_fill(drop, float("-inf"))
+
+
+def sample_from_logp(weights_logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from each row's law, one uniform per row.
+
+    weights_logp: [N, S] fp32/fp64 log-weights (need not be normalized; -inf =
+    excluded). u: [N] float64 in (0, 1). Returns [N] int64 column indices.
+    The law sampled is exp(w) / sum(exp(w)) computed in float64: exactly the
+    values given, renormalized. A zero-weight column is never returned.
+    """
+    w = weights_logp.double()
+    w = torch.exp(w - w.amax(dim=-1, keepdim=True))
+    return sample_from_weights(w, u)
+
+
+def sample_from_weights(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from non-negative float64 weights [N, S] (rows need mass > 0)."""
+    cdf = w.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    assert bool((total > 0).all()), "sampling from a row with no mass"
+    idx = torch.searchsorted(cdf, u.unsqueeze(1) * total, right=True).squeeze(1)
+    # searchsorted(right=True) lands on a column with positive weight unless
+    # u * total rounds up to total (probability ~2**-53): then take the last
+    # positive column, never a zero-weight one.
+    last = w.shape[-1] - 1 - (w > 0).flip(-1).to(torch.int8).argmax(dim=-1)
+    return torch.minimum(idx, last)
