@@ -41,7 +41,7 @@ class Proposal:
 
     tokens: torch.Tensor  # [B, K] int64 drafted ids
     kind: QKind  # encoding of q, shared by all rows
-    q_logp: torch.Tensor | None  # SPARSE [B, K, S] / DENSE [B, K, V] fp32 log q; None for POINT_MASS
+    q_logp: torch.Tensor | None  # SPARSE [B, K, S] / DENSE [B, K, V] fp32 log q; None: POINT_MASS
     q_ids: torch.Tensor | None  # SPARSE [B, K, S] int64 support ids (-1 pad); else None
     present: torch.Tensor  # [B] bool; False = q MISSING for that request
 

@@ -1,0 +1,1 @@
+"""The probability wire: frames, byte format (docs/wire.md), transport and client."""
