@@ -1,0 +1,1 @@
+"""Locally generated model pairs (no weight downloads): ``specpair models make-tiny``."""
