@@ -14,6 +14,7 @@ import sys
 from specpair import __version__
 
 _GROUPS = [
+    "specpair.models.cli",  # models make-tiny
     "specpair.gates.cli",  # gate rng
 ]
 
