@@ -18,7 +18,7 @@ help: ## Show this help.
 ##@ Development
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
-	scripts/bootstrap.sh $(VENV) dev
+	scripts/bootstrap.sh $(VENV) dev,deploy
 
 .PHONY: venv
 venv: $(VENV)/.installed ## Create the virtual environment with every pinned dependency.
