@@ -22,7 +22,7 @@ import torch
 
 from specpair.proposal import Proposal, QKind
 from specpair.rng import Stream, uniform
-from specpair.sampling import SamplingParams, process_logits, sample_from_logp
+from specpair.sampling import SamplingParams, process_logits, sample_from_logp, truncated_law
 
 __all__ = ["DraftMode", "draft_step", "propose"]
 
@@ -57,14 +57,12 @@ def draft_step(
     if mode == DraftMode.GREEDY:
         return logits.argmax(dim=-1), QKind.POINT_MASS, None, None
     eff = _with_draft_top_k(params, draft_top_k)
-    logq = process_logits(logits, eff)  # [B, V] fp32, -inf outside the support
     u = uniform(params.seed, position, Stream.DRAFT)
     if bool((eff.truncated() | eff.greedy).all()):
-        size = int(torch.isfinite(logq).sum(dim=-1).max())
-        vals, ids = logq.topk(size, dim=-1)  # [B, S]
-        ids = torch.where(torch.isfinite(vals), ids, -1)
+        vals, ids = truncated_law(logits, eff)  # [B, S] fp32 log q, int64 ids (-1 pad)
         col = sample_from_logp(vals, u)
         return ids.gather(1, col.unsqueeze(1)).squeeze(1), QKind.SPARSE, vals, ids
+    logq = process_logits(logits, eff)  # [B, V] fp32, -inf outside the support
     return sample_from_logp(logq, u), QKind.DENSE, logq, None
 
 

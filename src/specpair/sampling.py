@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingParams", "process_logits", "sample_from_logp"]
+__all__ = [
+    "SamplingParams",
+    "process_logits",
+    "truncated_law",
+    "sample_from_logp",
+    "sample_from_weights",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,11 @@ class SamplingParams:
         """[B] bool: requests whose law is truncated (top-k or top-p active, not greedy)."""
         return ~self.greedy & ((self.top_k > 0) | (self.top_p < 1))
 
+    def select(self, rows: torch.Tensor) -> SamplingParams:
+        """The params of the given rows (an index or bool mask)."""
+        return SamplingParams(self.temperature[rows], self.top_k[rows], self.top_p[rows],
+                              self.seed[rows])
+
     def expand(self, n: int) -> SamplingParams:
         """Each request's params repeated n times (rows of [B, n] flattened to [B*n])."""
         return SamplingParams(*(t.repeat_interleave(n) for t in
@@ -92,38 +103,71 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     logits: [B, V] or [B, N, V] (params per request b, shared over N).
     Returns fp32 log-probs of the same shape, -inf outside the support.
     Greedy rows (T == 0) get the point mass at the argmax (log 1 = 0).
+    Truncated rows equal ``truncated_law`` scattered into the vocabulary.
     """
     if logits.ndim == 3:
         b, n, v = logits.shape
         return process_logits(logits.reshape(b * n, v), params.expand(n)).reshape(b, n, v)
     assert logits.ndim == 2 and logits.shape[0] == params.batch, (
         f"logits {tuple(logits.shape)} vs batch {params.batch}")
-    x = logits.float()
+    sparse = params.truncated() | params.greedy
+    if not bool(sparse.any()):
+        return torch.log_softmax(_scaled(logits, params), dim=-1)
+    out = torch.full(logits.shape, float("-inf"), dtype=torch.float32, device=logits.device)
+    rows = sparse.nonzero().squeeze(1)
+    vals, ids = truncated_law(logits[rows], params.select(rows))
+    valid = ids >= 0  # padding re-writes column 0, so each index gets one value
+    out[rows] = out[rows].scatter(1, torch.where(valid, ids, ids[:, :1]),
+                                  torch.where(valid, vals, vals[:, :1]))
+    if not bool(sparse.all()):
+        dense = (~sparse).nonzero().squeeze(1)
+        out[dense] = torch.log_softmax(_scaled(logits[dense], params.select(dense)), dim=-1)
+    return out
+
+
+def truncated_law(
+    logits: torch.Tensor, params: SamplingParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse form of the processed law, for rows that are truncated or greedy.
+
+    logits: [B, V]. Returns (log q [B, S] fp32, ids [B, S] int64), sorted by
+    descending probability, padded with (-inf, -1) after each row's support.
+    Greedy rows are the point mass at ``logits.argmax``.
+    """
+    assert bool((params.truncated() | params.greedy).all()), "rows must be truncated or greedy"
+    v = logits.shape[-1]
+    x = _scaled(logits, params)
     greedy = params.greedy
-    temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
-    x = x / temp.to(x.device).unsqueeze(1)
-    if bool((params.top_k > 0).any()):
-        x = _top_k_mask(x, params.top_k.to(x.device))
     if bool((params.top_p < 1).any()):
-        x = _top_p_mask(x, params.top_p.to(x.device))
-    logp = torch.log_softmax(x, dim=-1)
+        x = _top_p_mask(_top_k_mask(x, params.top_k), params.top_p)
+        vals, ids = x.topk(max(int(torch.isfinite(x).sum(dim=-1).max()), 1), dim=-1)
+    else:
+        k = torch.where(greedy, 1, params.top_k.clamp(max=v))
+        vals, ids = x.topk(int(k.max()), dim=-1)
+        vals = vals.masked_fill(torch.arange(vals.shape[1]) >= k.unsqueeze(1), float("-inf"))
     if bool(greedy.any()):
-        rows = greedy.nonzero().squeeze(1)
-        point = torch.full_like(logp[rows], float("-inf"))
-        point.scatter_(1, logits[rows].argmax(dim=-1, keepdim=True), 0.0)
-        logp[rows] = point
-    return logp
+        vals[greedy] = float("-inf")
+        vals[greedy, 0] = 0.0
+        ids[greedy, 0] = logits[greedy].argmax(dim=-1)
+    ids = torch.where(torch.isfinite(vals), ids, -1)
+    return torch.log_softmax(vals, dim=-1), ids
+
+
+def _scaled(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """fp32 logits / T (greedy rows: T = 1); no pass at all when every T is 1."""
+    x = logits.float()
+    t = torch.where(params.greedy, 1.0, params.temperature).to(x.device)
+    return x if bool((t == 1).all()) else x / t.unsqueeze(1)
 
 
 def _top_k_mask(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     v = x.shape[-1]
     k = torch.where((k <= 0) | (k > v), torch.full_like(k, v), k)
-    kmax = int(k.max())
-    vals, ids = x.topk(kmax, dim=-1)
-    keep = torch.arange(kmax, device=x.device).unsqueeze(0) < k.unsqueeze(1)
-    out = torch.full_like(x, float("-inf"))
-    out.scatter_(1, ids, torch.where(keep, vals, float("-inf")))
-    # rows without top-k keep everything
+    if bool((k == v).all()):
+        return x
+    vals, ids = x.topk(int(k.max()), dim=-1)
+    keep = torch.arange(vals.shape[1], device=x.device).unsqueeze(0) < k.unsqueeze(1)
+    out = torch.full_like(x, float("-inf")).scatter_(1, ids, vals.masked_fill(~keep, float("-inf")))
     return torch.where((k == v).unsqueeze(1), x, out)
 
 
@@ -152,13 +196,18 @@ def sample_from_logp(weights_logp: torch.Tensor, u: torch.Tensor) -> torch.Tenso
 
 
 def sample_from_weights(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw from non-negative float64 weights [N, S] (rows need mass > 0)."""
+    """Inverse-CDF draw from non-negative float64 weights [N, S], one uniform per row.
+
+    Returns [N] int64 column indices; -1 for a row with no mass. A zero-weight
+    column is never returned.
+    """
     cdf = w.cumsum(dim=-1)
-    total = cdf[:, -1:]
-    assert bool((total > 0).all()), "sampling from a row with no mass"
-    idx = torch.searchsorted(cdf, u.unsqueeze(1) * total, right=True).squeeze(1)
+    total = cdf[:, -1]
+    idx = torch.searchsorted(cdf, (u * total).unsqueeze(1), right=True).squeeze(1)
     # searchsorted(right=True) lands on a column with positive weight unless
     # u * total rounds up to total (probability ~2**-53): then take the last
     # positive column, never a zero-weight one.
-    last = w.shape[-1] - 1 - (w > 0).flip(-1).to(torch.int8).argmax(dim=-1)
-    return torch.minimum(idx, last)
+    off = idx >= w.shape[-1]
+    if bool(off.any()):
+        idx[off] = w.shape[-1] - 1 - (w[off] > 0).flip(-1).to(torch.int8).argmax(dim=-1)
+    return torch.where(total > 0, idx, -1)

@@ -89,9 +89,10 @@ def verify(
     rows = torch.arange(b)
     pos = position.unsqueeze(1) + torch.arange(k + 1)  # [B, K+1]
     greedy = params.greedy
+    any_greedy = bool(greedy.any())
     drafts = proposal.tokens
     logp = process_logits(target_logits, params)  # [B, K+1, V] fp32
-    argmax = target_logits.argmax(dim=-1)  # [B, K+1]
+    argmax = target_logits.argmax(dim=-1) if any_greedy else None  # [B, K+1]
 
     # Acceptance: log u < log p(d) - log q(d)  <=>  u < min(1, p(d) / q(d)).
     logp_d = logp[:, :k].gather(2, drafts.unsqueeze(2)).squeeze(2).double()
@@ -101,25 +102,29 @@ def verify(
         raise InvalidProposal(f"q(d) = 0 for a drafted token in requests "
                               f"{bad.nonzero().flatten().tolist()}")
     u = uniform(params.seed.unsqueeze(1), pos[:, :k], streams.accept)
-    accept = torch.where(greedy.unsqueeze(1), drafts == argmax[:, :k],
-                         torch.log(u) < logp_d - logq_d)
+    accept = torch.log(u) < logp_d - logq_d
+    if any_greedy:
+        accept = torch.where(greedy.unsqueeze(1), drafts == argmax[:, :k], accept)
     accept &= ~dropped.unsqueeze(1)
     n_acc = accept.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B] leading accepts
 
     # The one token after the accepted prefix: recovered (n_acc < K) or bonus.
     j = n_acc
     recovering = j < k
-    w = torch.exp(logp[rows, j].double())  # [B, V] p_j
+    p_j = logp[rows, j]  # [B, V] fp32 log p_j
+    w = p_j.double().exp_()
     _subtract_q(w, proposal, rows, j, recovering & ~dropped)
-    empty = w.sum(dim=1) <= 0  # p == q up to rounding: the rejection had probability ~0
-    if bool(empty.any()):
-        w[empty] = torch.exp(logp[rows, j].double())[empty]
     stream_u = torch.where(
         recovering,
         uniform(params.seed, pos[rows, j], streams.recover),
         uniform(params.seed, pos[rows, j], streams.bonus),
     )
-    last = torch.where(greedy, argmax[rows, j], sample_from_weights(w, stream_u))
+    last = sample_from_weights(w, stream_u)
+    empty = last < 0  # p == q up to rounding: the rejection had probability ~0; draw from p
+    if bool(empty.any()):
+        last[empty] = sample_from_weights(p_j[empty].double().exp_(), stream_u[empty])
+    if any_greedy:
+        last = torch.where(greedy, argmax[rows, j], last)
 
     out = torch.where(torch.arange(k + 1) < j.unsqueeze(1),
                       torch.nn.functional.pad(drafts, (0, 1), value=-1), -1)
@@ -152,10 +157,7 @@ def _subtract_q(w: torch.Tensor, proposal: Proposal, rows: torch.Tensor, j: torc
         w[r] = (w[r] - q).clamp_(min=0.0)
         return
     ids = proposal.q_ids[r, jr]  # [R, S]
-    valid = ids >= 0
-    # Padding (-1, only after the valid ids) re-writes column 0's value at column 0's
-    # id, so every scattered index receives exactly one value.
-    safe = torch.where(valid, ids, ids[:, :1])
-    new = (w[r].gather(1, safe) - q).clamp_(min=0.0)
-    new = torch.where(valid, new, new[:, :1])
-    w[r] = w[r].scatter(1, safe, new)
+    valid = ids >= 0  # ids are distinct, so each valid index is written once
+    rr = r.unsqueeze(1).expand_as(ids)[valid]
+    cc = ids[valid]
+    w[rr, cc] = (w[rr, cc] - q[valid]).clamp_(min=0.0)

@@ -1,0 +1,111 @@
+"""The sampled speculator: exact q, q(d) > 0, encodings, autoregression, positions."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specpair.draft import DraftMode, draft_step, propose
+from specpair.proposal import QKind
+from specpair.sampling import SamplingParams, process_logits
+
+
+def _table(seed, k, v, b=1, scale=2.5):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, k, v, generator=g) * scale
+
+
+def _propose(table, params, position, depth, **kw):
+    b = params.batch
+    return propose(table[:, 0].expand(b, -1), lambda d, k: table[:, k].expand(b, -1),
+                   params, position, depth, **kw)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    v=st.integers(2, 200),
+    depth=st.integers(1, 5),
+    temp=st.sampled_from([0.0, 0.6, 1.0, 1.5]),
+    top_k=st.integers(0, 30),
+    top_p=st.sampled_from([1.0, 0.9, 0.3]),
+    draft_top_k=st.sampled_from([0, 8]),
+)
+def test_q_is_a_normalized_law_with_the_draft_in_its_support(
+        seed, v, depth, temp, top_k, top_p, draft_top_k):
+    table = _table(seed, depth, v)
+    params = SamplingParams.make(4, temp, top_k, top_p, seed=[seed, 1, 2, 3])
+    prop = _propose(table, params, torch.tensor([0, 5, 9, 2**31]), depth,
+                    draft_top_k=draft_top_k)
+    truncated = temp == 0 or top_k > 0 or top_p < 1 or draft_top_k > 0
+    assert prop.kind == (QKind.SPARSE if truncated else QKind.DENSE)
+    lq = prop.q_logp.double()
+    assert torch.allclose(lq.exp().sum(-1), torch.ones(4, depth, dtype=torch.float64), atol=1e-5)
+    logq_d = prop.draft_logq()
+    assert bool(torch.isfinite(logq_d).all()), "q(d) must be > 0 for every drafted token"
+    if prop.kind == QKind.SPARSE:
+        ids = prop.q_ids
+        assert bool((ids < v).all())
+        for row in ids.reshape(-1, ids.shape[-1]):
+            valid = row[row >= 0]
+            assert valid.unique().numel() == valid.numel(), "support ids must be distinct"
+            assert bool((row[valid.numel():] == -1).all()), "padding goes last"
+
+
+def test_q_is_exactly_the_processed_law_of_the_draft_logits():
+    table = _table(3, 1, 500)
+    params = SamplingParams.make(2, 0.6, top_k=40, seed=[1, 2])
+    prop = _propose(table, params, torch.tensor([4, 4]), 1)
+    dense = process_logits(table[:, 0].expand(2, -1), params)
+    for b in range(2):
+        ids = prop.q_ids[b, 0]
+        valid = ids >= 0
+        assert torch.equal(dense[b, ids[valid]], prop.q_logp[b, 0][valid])
+
+
+def test_greedy_mode_declares_point_mass_and_drafts_argmax():
+    table = _table(4, 3, 64)
+    params = SamplingParams.make(2, 1.0, seed=[5, 6])
+    prop = _propose(table, params, torch.tensor([0, 0]), 3, mode=DraftMode.GREEDY)
+    assert prop.kind == QKind.POINT_MASS and prop.q_logp is None
+    assert torch.equal(prop.tokens, table.argmax(-1).expand(2, -1))
+
+
+def test_drafting_is_autoregressive_and_positions_absolute():
+    v = 32
+    seen = []
+
+    def next_logits(d, k):
+        seen.append((k, d.clone()))
+        # the next law depends on the previous draft: mass concentrated on d + 1
+        x = torch.full((d.shape[0], v), -10.0)
+        x[torch.arange(d.shape[0]), (d + 1) % v] = 10.0
+        return x
+
+    params = SamplingParams.make(3, 1.0, seed=[7, 8, 9])
+    first = torch.zeros(3, v)
+    prop = propose(first, next_logits, params, torch.tensor([10, 20, 30]), 3)
+    assert [k for k, _ in seen] == [1, 2]
+    assert torch.equal(seen[0][1], prop.tokens[:, 0])
+    assert torch.equal(prop.tokens[:, 1], (prop.tokens[:, 0] + 1) % v)
+    # step k uses the DRAFT uniform at position + k: redraw step 0 at position 11
+    d_shift, *_ = draft_step(first, params, torch.tensor([11, 21, 31]))
+    d_same, *_ = draft_step(first, params, torch.tensor([10, 20, 30]))
+    assert torch.equal(d_same, prop.tokens[:, 0])
+    assert not torch.equal(d_shift, d_same) or v < 4
+
+
+def test_draws_follow_q():
+    v, n = 12, 60_000
+    table = _table(9, 1, v, scale=1.0)
+    params = SamplingParams.make(n, 1.0, seed=list(range(n)))
+    prop = _propose(table, params, torch.full((n,), 3), 1)
+    q = torch.softmax(table[0, 0].double(), -1)
+    obs = torch.bincount(prop.tokens[:, 0], minlength=v).double()
+    chi2 = ((obs - n * q) ** 2 / (n * q)).sum().item()
+    assert chi2 < 45.0  # df = 11; chi2.isf(1e-6, 11) = 44.7
+
+
+def test_depth_must_be_positive():
+    with pytest.raises(ValueError, match="depth"):
+        _propose(_table(0, 1, 4), SamplingParams.make(1), torch.tensor([0]), 0)
