@@ -1,0 +1,1 @@
+"""GPU health: a read-only NVML probe, a policy per host role, pair qualification."""
