@@ -16,6 +16,7 @@ from specpair import __version__
 _GROUPS = [
     "specpair.models.cli",  # models make-tiny
     "specpair.gates.cli",  # gate rng
+    "specpair.health.cli",  # health
 ]
 
 
