@@ -1,0 +1,1 @@
+"""The drafter worker: a local draft model served over the probability wire."""

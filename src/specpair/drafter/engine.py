@@ -1,0 +1,241 @@
+"""The drafter engine: per-request state, one batched forward per draft step.
+
+``DrafterEngine.handle(Propose) -> ProposalFrame`` is what the wire server
+calls once per round; ``release(ids)`` frees finished requests.
+
+Per request the engine keeps the committed history H (tokens at absolute
+positions 0..len(H)-1, and their target features when the model needs them)
+and the model's cache, which covers a prefix of H followed by the drafts it
+fed last round. Each PROPOSE item (docs/wire.md §3.3) is applied as follows:
+
+- ``n_new == position``: the item carries the whole history; any state is
+  discarded and rebuilt from it (first round, after RESYNC, after reconnect).
+- otherwise, if the engine holds the request and ``len(H) + n_new == position``,
+  H grows by ``new_tokens``. The cache keeps the longest prefix it shares with
+  the new H: the drafts the target accepted stay, rejected ones are cropped.
+  ``num_accepted`` is cross-checked: when the committed tokens contradict the
+  drafts the target says it accepted, the histories disagree and the cache is
+  rebuilt from the committed history alone (counted in the metrics).
+- otherwise the engine lacks the history: RESYNC (the target resends it whole).
+
+Items the engine cannot serve (K above its max depth, positions past the
+model's, bad ids or params, missing features) get REFUSED. The OK items of a
+round are drafted together with ``specpair.draft.propose`` (DRAFT stream,
+absolute positions, each request's params and seed) at the round's largest K;
+each request gets its own first K drafts (noise is keyed by position, so a
+draft does not depend on how many follow it).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specpair.draft import DraftMode, propose
+from specpair.drafter.metrics import Metrics
+from specpair.drafter.model import DraftModel, Row
+from specpair.proposal import Proposal, QKind
+from specpair.sampling import SamplingParams
+from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame, Propose, ProposeItem
+
+__all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT"]
+
+WIRE_MAX_SUPPORT = 65_536  # docs/wire.md §5: larger truncated laws travel DENSE
+_MAX_POSITION = 2**32 - 1  # noise counters hold 32-bit positions (specpair.rng)
+
+
+@dataclass
+class _State:
+    """What the engine holds for one live request (mutable, engine-private)."""
+
+    history: list[int]  # committed tokens, absolute positions 0..len-1
+    features: torch.Tensor | None  # [len(history), width] target features, or None
+    cache: Any = None  # the model's cache of history[:cached] + fed
+    cached: int = 0  # committed tokens covered by the cache (a prefix of history)
+    fed: list[int] = field(default_factory=list)  # drafts fed after them last round
+    drafts: list[int] = field(default_factory=list)  # drafts sent last round
+
+
+class DrafterEngine:
+    """Serves PROPOSE rounds from one draft model (thread-safe: one round at a time)."""
+
+    def __init__(self, model: DraftModel, *, tokenizer_fingerprint: bytes, wire_version: int,
+                 mode: DraftMode = DraftMode.SAMPLED, draft_top_k: int = 0, max_depth: int = 16,
+                 metrics: Metrics | None = None) -> None:
+        if len(tokenizer_fingerprint) != 32:
+            raise ValueError("tokenizer_fingerprint must be a 32-byte sha256")
+        if not 1 <= max_depth <= 32:
+            raise ValueError(f"max_depth must lie in [1, 32] (docs/wire.md §5), got {max_depth}")
+        if draft_top_k < 0:
+            raise ValueError(f"draft_top_k must be >= 0 (0 = off), got {draft_top_k}")
+        self.model = model
+        self.mode = mode
+        self.draft_top_k = draft_top_k
+        self.max_depth = max_depth
+        self.metrics = metrics or Metrics()
+        v = model.vocab_size
+        support = min(v, WIRE_MAX_SUPPORT) if draft_top_k == 0 else min(v, draft_top_k)
+        self._hello = Hello(
+            version=wire_version, mode=mode, vocab_size=v,
+            tokenizer_fingerprint=bytes(tokenizer_fingerprint),
+            q_encodings=(QKind.POINT_MASS,) if mode == DraftMode.GREEDY
+            else (QKind.SPARSE, QKind.DENSE),
+            max_depth=max_depth, max_support=support, features=model.feature_spec)
+        self._states: dict[int, _State] = {}
+        self._lock = threading.Lock()
+
+    def hello(self) -> Hello:
+        return self._hello
+
+    def live_requests(self) -> int:
+        return len(self._states)
+
+    def release(self, request_ids: Iterable[int]) -> None:
+        with self._lock:
+            for rid in request_ids:
+                self._states.pop(rid, None)
+            self.metrics.set_live(len(self._states))
+
+    def handle(self, frame: Propose) -> ProposalFrame:
+        t0 = time.perf_counter()
+        with self._lock:
+            statuses: dict[int, ItemStatus] = {}
+            ok: list[tuple[ProposeItem, _State]] = []
+            disagreements = 0
+            for item in frame.items:
+                status, state, disagree = self._apply(item)
+                statuses[item.request_id] = status
+                disagreements += disagree
+                if status == ItemStatus.OK:
+                    ok.append((item, state))
+            drafted = self._draft(ok) if ok else {}
+            items = tuple(drafted.get(it.request_id) or self._empty(it, statuses[it.request_id])
+                          for it in frame.items)
+            live = len(self._states)
+        self.metrics.observe_round(
+            time.perf_counter() - t0, [i.status for i in items],
+            sum(int(i.tokens.numel()) for i in items), disagreements, live)
+        return ProposalFrame(round_id=frame.round_id, items=items)
+
+    # -- per item -------------------------------------------------------------------
+
+    def _refusal(self, item: ProposeItem) -> str | None:
+        """Why the engine cannot serve this item, or None."""
+        n = int(item.new_tokens.numel())
+        p = item.params
+        spec = self.model.feature_spec
+        if not 1 <= item.depth <= self.max_depth:
+            return f"depth {item.depth} outside [1, {self.max_depth}]"
+        if not 1 <= n <= item.position:
+            return f"n_new {n} outside [1, position {item.position}]"
+        if item.position + item.depth > min(self.model.max_positions, _MAX_POSITION):
+            return f"position {item.position} + depth past the model's positions"
+        if bool(((item.new_tokens < 0) | (item.new_tokens >= self.model.vocab_size)).any()):
+            return "token id outside the vocabulary"
+        if not (math.isfinite(p.temperature) and p.temperature >= 0 and p.top_k >= 0
+                and 0 < p.top_p <= 1):
+            return "invalid sampling params"
+        if spec is not None and (item.features is None
+                                 or tuple(item.features.shape) != (n, spec.width)):
+            return "missing or misshapen context features"
+        return None
+
+    def _apply(self, item: ProposeItem) -> tuple[ItemStatus, _State | None, int]:
+        """Fold the item into the request's state; (status, state, disagreement 0/1)."""
+        rid = item.request_id
+        if self._refusal(item) is not None:
+            self._states.pop(rid, None)  # its history is now incomplete: RESYNC next time
+            return ItemStatus.REFUSED, None, 0
+        new = item.new_tokens.tolist()
+        feats = item.features if self.model.feature_spec is not None else None
+        if len(new) == item.position:  # whole history: start over
+            st = self._states[rid] = _State(history=new, features=feats)
+            return ItemStatus.OK, st, 0
+        st = self._states.get(rid)
+        if st is None or len(st.history) + len(new) != item.position:
+            self._states.pop(rid, None)
+            return ItemStatus.RESYNC, None, 0
+        n_acc = item.num_accepted
+        disagree = int(n_acc > len(st.drafts) or new[:n_acc] != st.drafts[:n_acc])
+        prev = len(st.history)
+        st.history = st.history + new
+        if feats is not None:
+            st.features = torch.cat([st.features, feats])
+        if disagree or st.cached < prev:
+            keep = min(st.cached, prev)
+        elif feats is not None:
+            keep = prev  # drafts' cache entries lack target features: recompute them
+        else:
+            keep = prev + _common_prefix(st.fed, new)
+        st.cached = min(keep, len(st.history) - 1)
+        st.cache = self.model.crop(st.cache, st.cached) if st.cache is not None else None
+        st.fed = []
+        return ItemStatus.OK, st, disagree
+
+    def _empty(self, item: ProposeItem, status: ItemStatus) -> DraftItem:
+        return DraftItem(request_id=item.request_id, status=status,
+                         tokens=torch.zeros(0, dtype=torch.int64),
+                         kind=self._hello.q_encodings[0], q_logp=None, q_ids=None)
+
+    # -- the batched draft ----------------------------------------------------------
+
+    def _draft(self, ok: list[tuple[ProposeItem, _State]]) -> dict[int, DraftItem]:
+        rows = []
+        for _, st in ok:
+            c = st.cached
+            f = st.features[c:] if st.features is not None else None
+            rows.append(Row(cache=st.cache if c else None, start=c,
+                            tokens=torch.tensor(st.history[c:], dtype=torch.int64), features=f))
+        params = SamplingParams(
+            temperature=torch.tensor([it.params.temperature for it, _ in ok], dtype=torch.float32),
+            top_k=torch.tensor([it.params.top_k for it, _ in ok], dtype=torch.int64),
+            top_p=torch.tensor([it.params.top_p for it, _ in ok], dtype=torch.float32),
+            seed=torch.tensor([it.params.seed for it, _ in ok], dtype=torch.int64))
+        position = torch.tensor([len(st.history) for _, st in ok], dtype=torch.int64)
+        depth = max(it.depth for it, _ in ok)
+        session, first = self.model.begin(rows)
+        prop = propose(first, lambda d, _k: session.step(d), params, position, depth,
+                       self.mode, self.draft_top_k)
+        caches = session.finish()
+        out = {}
+        for b, (it, st) in enumerate(ok):
+            st.cache = caches[b]
+            st.cached = len(st.history)
+            st.fed = prop.tokens[b, : depth - 1].tolist()
+            st.drafts = prop.tokens[b, : it.depth].tolist()
+            out[it.request_id] = self._item(it, prop, b)
+        return out
+
+    def _item(self, it: ProposeItem, prop: Proposal, b: int) -> DraftItem:
+        k = it.depth
+        tokens = prop.tokens[b, :k].clone()
+        kind, logp, ids = prop.kind, None, None
+        if kind == QKind.DENSE:
+            logp = prop.q_logp[b, :k].clone()
+        elif kind == QKind.SPARSE:
+            ids = prop.q_ids[b, :k]
+            s = int((ids >= 0).sum(dim=1).max())
+            ids, logp = ids[:, :s].clone(), prop.q_logp[b, :k, :s].clone()
+            if s > self._hello.max_support:  # too wide for SPARSE: the same values, DENSE
+                valid = ids >= 0  # padding rewrites column 0's value at column 0's id
+                safe = torch.where(valid, ids, ids[:, :1])
+                vals = torch.where(valid, logp, logp[:, :1])
+                dense = torch.full((k, self.model.vocab_size), float("-inf"))
+                kind, logp, ids = QKind.DENSE, dense.scatter_(1, safe, vals), None
+        return DraftItem(request_id=it.request_id, status=ItemStatus.OK, tokens=tokens,
+                         kind=kind, q_logp=logp, q_ids=ids)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,105 @@
+"""The drafter's metrics, served as Prometheus text (exposition format 0.0.4).
+
+Counters: rounds, requests by status, drafted tokens, history disagreements;
+a gauge of live requests; a histogram of the time to answer one PROPOSE.
+``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from specpair.wire.frames import ItemStatus
+
+__all__ = ["Metrics", "serve_metrics", "LATENCY_BUCKETS"]
+
+# Upper bounds (seconds) of the round-latency histogram buckets; +Inf is implicit.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class Metrics:
+    """Thread-safe counters of one drafter process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rounds = 0  # PROPOSE frames answered
+        self.requests = {s: 0 for s in ItemStatus}  # request-rounds by answer status
+        self.drafted = 0  # draft tokens sent
+        self.disagreements = 0  # rounds whose committed tokens contradicted our drafts
+        self.live = 0  # requests with state held
+        self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # last one is +Inf
+        self._sum = 0.0  # total seconds observed
+
+    def observe_round(self, seconds: float, statuses: list[ItemStatus], drafted: int,
+                      disagreements: int, live: int) -> None:
+        with self._lock:
+            self.rounds += 1
+            for s in statuses:
+                self.requests[s] += 1
+            self.drafted += drafted
+            self.disagreements += disagreements
+            self.live = live
+            self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            self._sum += seconds
+
+    def set_live(self, live: int) -> None:
+        with self._lock:
+            self.live = live
+
+    def render(self) -> str:
+        """The metrics in Prometheus text format."""
+        p = "specpair_drafter_"
+        with self._lock:
+            lines = [
+                f"# HELP {p}rounds_total PROPOSE rounds answered.",
+                f"# TYPE {p}rounds_total counter",
+                f"{p}rounds_total {self.rounds}",
+                f"# HELP {p}requests_total Request-rounds answered, by status.",
+                f"# TYPE {p}requests_total counter",
+                *(f'{p}requests_total{{status="{s.name.lower()}"}} {n}'
+                  for s, n in self.requests.items()),
+                f"# HELP {p}drafted_tokens_total Draft tokens sent.",
+                f"# TYPE {p}drafted_tokens_total counter",
+                f"{p}drafted_tokens_total {self.drafted}",
+                f"# HELP {p}history_disagreements_total Rounds whose committed tokens "
+                "contradicted the drafts the target said it accepted (state rebuilt).",
+                f"# TYPE {p}history_disagreements_total counter",
+                f"{p}history_disagreements_total {self.disagreements}",
+                f"# HELP {p}live_requests Requests whose state the drafter holds.",
+                f"# TYPE {p}live_requests gauge",
+                f"{p}live_requests {self.live}",
+                f"# HELP {p}round_seconds Time to answer one PROPOSE.",
+                f"# TYPE {p}round_seconds histogram",
+            ]
+            total = 0
+            for le, n in zip((*LATENCY_BUCKETS, "+Inf"), self._buckets, strict=True):
+                total += n
+                lines.append(f'{p}round_seconds_bucket{{le="{le}"}} {total}')
+            lines += [f"{p}round_seconds_sum {self._sum!r}", f"{p}round_seconds_count {total}"]
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
+    """Serve ``GET /metrics`` on host:port from a daemon thread; call ``shutdown()`` to stop."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404, "only /metrics is served")
+                return
+            body = metrics.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass  # one line per scrape would drown the drafter's log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

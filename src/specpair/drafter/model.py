@@ -1,0 +1,181 @@
+"""The drafter's model interface, and its implementation for a local HF causal LM.
+
+The engine talks to a draft model through two calls per round:
+
+    session, logits = model.begin(rows)   # ONE forward over every row's new tokens
+    logits = session.step(d)              # ONE forward per draft step, d [B] int64
+    caches = session.finish()             # per-row caches, now covering what was fed
+
+``rows[b].cache`` holds the row's past (``start`` tokens, already cropped to
+the committed prefix the engine wants to keep); ``rows[b].tokens`` are fed at
+absolute positions ``start, start+1, ...``; ``rows[b].features`` are the
+target's context features for exactly those tokens (``[n, width]``) when the
+model declared a ``feature_spec``, else None. Draft tokens fed by ``step`` have
+no target features.
+
+``HFDraftModel`` batches B rows with different past lengths into one forward:
+the per-request transformers ``DynamicCache``s are left-padded to a common
+length, the new tokens right-padded to a common count, and an attention mask
+(0 on every padding slot) plus explicit position ids keep each row's attention
+and RoPE exactly what they would be alone. Right-padding the new tokens means
+every padding query follows at least one real token of its row, so no query
+row is fully masked (which would put NaNs into the cache). After the last step
+each row's real slots are copied back into its own cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+
+from specpair.drafter.errors import ModelLoadError
+from specpair.wire.frames import FeatureSpec
+
+__all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "cache_length"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request's input to ``DraftModel.begin``."""
+
+    cache: Any  # the model's cache of this request's first ``start`` tokens; None if start == 0
+    start: int  # absolute position of tokens[0] (= tokens already in ``cache``)
+    tokens: torch.Tensor  # [n >= 1] int64 tokens to feed
+    features: torch.Tensor | None  # [n, width] target features of ``tokens``, or None
+
+
+class DraftSession(Protocol):
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row ([B] int64); logits [B, V] of the next position."""
+
+    def finish(self) -> list[Any]:
+        """Per-row caches covering everything fed (past + tokens + stepped drafts)."""
+
+
+class DraftModel(Protocol):
+    vocab_size: int  # V
+    max_positions: int  # positions the model can attend over
+    feature_spec: FeatureSpec | None  # target features it needs (None: none)
+
+    def begin(self, rows: Sequence[Row]) -> tuple[DraftSession, torch.Tensor]:
+        """Feed every row's tokens in one forward; (session, logits [B, V] after each row)."""
+
+    def crop(self, cache: Any, length: int) -> Any:
+        """The cache of the first ``length`` tokens (may modify ``cache`` in place)."""
+
+
+def cache_length(cache: DynamicCache | None) -> int:
+    return 0 if cache is None else cache.get_seq_length()
+
+
+class HFDraftModel:
+    """A local Hugging Face causal LM (offline) as a draft model; ignores features."""
+
+    feature_spec = None  # a standalone draft LM does not condition on the target
+
+    def __init__(self, path: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> None:
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is not a Hugging Face model directory (no config.json)")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                path, local_files_only=True, dtype=dtype or "auto").to(device).eval()
+        except (OSError, ValueError, RuntimeError) as e:
+            raise ModelLoadError(f"cannot load the draft model from {path}: {e}") from e
+        self.device = torch.device(device)
+        self.vocab_size = int(config.vocab_size)
+        self.max_positions = int(getattr(config, "max_position_embeddings", 2**31))
+        self.pad_id = int(config.pad_token_id if config.pad_token_id is not None else 0)
+
+    @torch.no_grad()
+    def begin(self, rows: Sequence[Row]) -> tuple[_HFSession, torch.Tensor]:
+        assert rows and all(r.tokens.ndim == 1 and r.tokens.numel() > 0 for r in rows)
+        b = len(rows)
+        past = [cache_length(r.cache) for r in rows]
+        assert past == [r.start for r in rows], (past, [r.start for r in rows])
+        n = [r.tokens.numel() for r in rows]
+        p_max, t_max = max(past), max(n)
+        dev = self.device
+        ids = torch.full((b, t_max), self.pad_id, dtype=torch.int64)
+        pos = torch.zeros((b, t_max), dtype=torch.int64)
+        mask = torch.zeros((b, p_max + t_max), dtype=torch.int64)
+        for i, r in enumerate(rows):
+            ids[i, : n[i]] = r.tokens
+            pos[i] = r.start + torch.arange(t_max).clamp(max=n[i] - 1)
+            mask[i, p_max - past[i]: p_max] = 1
+            mask[i, p_max: p_max + n[i]] = 1
+        cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
+        out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
+        last = torch.tensor(n, device=dev) - 1
+        logits = out.logits[torch.arange(b, device=dev), last]  # [B, V]
+        session = _HFSession(self.model, out.past_key_values, mask.to(dev),
+                             torch.tensor([r.start + k for r, k in zip(rows, n, strict=True)],
+                                          device=dev))
+        return session, logits.float().cpu()
+
+    def crop(self, cache: DynamicCache, length: int) -> DynamicCache | None:
+        if length == 0:
+            return None
+        excess = cache.get_seq_length() - length
+        if excess > 0:
+            cache.crop(-excess)  # a negative value removes that many trailing tokens
+        return cache
+
+
+class _HFSession:
+    def __init__(self, model: torch.nn.Module, cache: DynamicCache, mask: torch.Tensor,
+                 next_pos: torch.Tensor) -> None:
+        self.model, self.cache, self.mask, self.next_pos = model, cache, mask, next_pos
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        dev = self.mask.device
+        self.mask = torch.nn.functional.pad(self.mask, (0, 1), value=1)
+        out = self.model(input_ids=tokens.to(dev).unsqueeze(1), attention_mask=self.mask,
+                         position_ids=self.next_pos.unsqueeze(1), past_key_values=self.cache,
+                         use_cache=True)
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + 1
+        return out.logits[:, -1].float().cpu()
+
+    def finish(self) -> list[DynamicCache]:
+        real = self.mask.bool()  # [B, L]
+        layers = [(layer.keys, layer.values) for layer in self.cache.layers]
+        out = []
+        for b in range(real.shape[0]):
+            keep = real[b].nonzero().squeeze(1)
+            out.append(DynamicCache(ddp_cache_data=[
+                (k[b: b + 1, :, keep].clone(), v[b: b + 1, :, keep].clone()) for k, v in layers]))
+        return out
+
+
+def _stack_caches(caches: list[DynamicCache | None], past: list[int], p_max: int,
+                  config: Any) -> DynamicCache:
+    """One batched DynamicCache: row b's past, left-padded with zeros to ``p_max`` slots."""
+    if p_max == 0:
+        return DynamicCache(config=config)
+    template = next(c for c in caches if c is not None)
+    stacked = []
+    for li, ref in enumerate(template.layers):
+        ks, vs = [], []
+        for c, p in zip(caches, past, strict=True):
+            if c is None:
+                shape = (1, ref.keys.shape[1], p_max, ref.keys.shape[3])
+                ks.append(ref.keys.new_zeros(shape))
+                vs.append(ref.values.new_zeros(shape))
+                continue
+            lay = c.layers[li]
+            pad = (0, 0, p_max - p, 0)
+            ks.append(torch.nn.functional.pad(lay.keys, pad))
+            vs.append(torch.nn.functional.pad(lay.values, pad))
+        stacked.append((torch.cat(ks), torch.cat(vs)))
+    return DynamicCache(ddp_cache_data=stacked)
