@@ -17,6 +17,7 @@ _GROUPS = [
     "specpair.models.cli",  # models make-tiny
     "specpair.gates.cli",  # gate rng
     "specpair.health.cli",  # health
+    "specpair.admission.cli",  # admission tie-gate | kl-probe
 ]
 
 
