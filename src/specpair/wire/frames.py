@@ -27,6 +27,9 @@ __all__ = [
     "ProposalFrame",
     "Release",
     "ErrorFrame",
+    "Challenge",
+    "Auth",
+    "AuthOk",
 ]
 
 
@@ -132,3 +135,28 @@ class ErrorFrame:
 
     code: int  # error code, see docs/wire.md
     message: str  # UTF-8, human readable
+
+
+# Added by the wire codec (additive): the authentication frames of docs/wire.md 3.1.
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """Drafter -> target, first frame: a fresh nonce to answer with the key."""
+
+    nonce: bytes  # 32 random bytes
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Target -> drafter: proof that the target holds the pre-shared key."""
+
+    nonce: bytes  # 32 random bytes of the target
+    mac: bytes  # 32-byte HMAC-SHA256(key, label || server nonce || client nonce)
+
+
+@dataclass(frozen=True)
+class AuthOk:
+    """Drafter -> target: proof that the drafter holds the key too."""
+
+    mac: bytes  # 32-byte HMAC-SHA256(key, label || server nonce || client nonce)

@@ -1,0 +1,177 @@
+"""PROPOSAL bodies (docs/wire.md 3.4): drafted tokens and their laws q."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import torch
+
+from specpair.draft import DraftMode
+from specpair.proposal import QKind
+from specpair.wire.blocks import append_block, view
+from specpair.wire.errors import (
+    BadDtype,
+    BadShape,
+    DepthLimit,
+    DuplicateRequest,
+    NonZeroReserved,
+    RequestLimit,
+    SupportLimit,
+    TokenOutOfRange,
+    TrailingBytes,
+    Truncated,
+    UndeclaredEncoding,
+    UnknownCode,
+)
+from specpair.wire.format import HEADER, Limits, check_u64
+from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
+from specpair.wire.qcheck import check_dense, check_sparse, check_tokens
+
+__all__ = ["encode_proposal", "decode_proposal"]
+
+_BODY = struct.Struct("<QII")  # round_id, n_items, reserved
+_ITEM = struct.Struct("<QBBHI")  # request_id, status, kind, depth, support
+_I32 = np.dtype("<i4")
+_F32 = np.dtype("<f4")
+_INT32_MAX = (1 << 31) - 1
+_STATUSES = frozenset(int(s) for s in ItemStatus)
+_KINDS = frozenset(int(k) for k in QKind)
+_NO_TOKENS = np.zeros(0, dtype=np.int64)
+
+
+def _np(t: torch.Tensor | None, dtype: torch.dtype, shape: tuple[int, ...], what: str):
+    if t is None:
+        raise BadShape(f"{what} is missing")
+    if t.dtype != dtype:
+        raise BadDtype(f"{what} must be {dtype}, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise BadShape(f"{what} must have shape {list(shape)}, got {list(t.shape)}")
+    return t.detach().cpu().numpy()
+
+
+def _as_i32(a: np.ndarray, lo: int, what: str) -> bytes:
+    # a - lo as uint64 maps [lo, 2^31) onto [0, 2^31 - lo) and everything else above it
+    if a.size and int(np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
+        raise TokenOutOfRange(f"{what} must lie in [{lo}, 2^31)")
+    return a.astype(_I32).tobytes()
+
+
+def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits) -> None:
+    check_u64(it.request_id, "request_id")
+    if it.status != ItemStatus.OK:
+        if it.tokens.numel() or it.q_logp is not None or it.q_ids is not None:
+            raise BadShape(f"request {it.request_id}: a {it.status.name} item carries "
+                           "no tokens or q")
+        parts.append(_ITEM.pack(it.request_id, it.status, it.kind, 0, 0))
+        return
+    if it.tokens.ndim != 1 or not 1 <= it.tokens.shape[0] <= limits.depth:
+        raise DepthLimit(f"request {it.request_id}: tokens must be [K] with 1 <= K <= "
+                         f"{limits.depth}, got {list(it.tokens.shape)}")
+    k = it.tokens.shape[0]
+    toks = _as_i32(_np(it.tokens, torch.int64, (k,), "tokens"), 0, "drafted token ids")
+    if it.kind == QKind.POINT_MASS:
+        if it.q_logp is not None or it.q_ids is not None:
+            raise BadShape("POINT_MASS carries no q tensors")
+        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, 0))
+        append_block(parts, toks)
+        return
+    if it.q_logp is None or it.q_logp.ndim != 2:
+        raise BadShape(f"request {it.request_id}: q_logp must be [K, S|V] fp32")
+    width = it.q_logp.shape[1]
+    lp = _np(it.q_logp, torch.float32, (k, width), "q_logp")
+    if it.kind == QKind.SPARSE:
+        if not 1 <= width <= limits.support:
+            raise SupportLimit(f"SPARSE support {width} outside 1..{limits.support}")
+        ids = _as_i32(_np(it.q_ids, torch.int64, (k, width), "q_ids"), -1, "support ids")
+        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, width))
+        append_block(parts, toks)
+        append_block(parts, ids)
+    else:
+        if it.q_ids is not None:
+            raise BadShape("DENSE carries no q_ids")
+        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, 0))
+        append_block(parts, toks)
+    append_block(parts, lp.astype(_F32, copy=False).tobytes())
+
+
+def encode_proposal(frame: ProposalFrame, limits: Limits) -> list[bytes]:
+    """The body parts of a PROPOSAL (shapes, dtypes and limits checked)."""
+    if not 1 <= len(frame.items) <= limits.requests:
+        raise RequestLimit(f"{len(frame.items)} items; a frame holds 1..{limits.requests}")
+    check_u64(frame.round_id, "round_id")
+    parts = [_BODY.pack(frame.round_id, len(frame.items), 0)]
+    for it in frame.items:
+        _encode_item(it, parts, limits)
+    return parts
+
+
+def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFrame:
+    """Decode and check a PROPOSAL body in ``buf[16:end]`` against ``hello``."""
+    off = HEADER.size
+    if off + _BODY.size > end:
+        raise Truncated("PROPOSAL body header is cut short")
+    round_id, n, reserved = _BODY.unpack_from(buf, off)
+    if reserved:
+        raise NonZeroReserved("PROPOSAL reserved field is not zero")
+    if not 1 <= n <= limits.requests:
+        raise RequestLimit(f"{n} items; a frame holds 1..{limits.requests}")
+    off += _BODY.size
+    items, seen = [], set()
+    for _ in range(n):
+        it, off = _decode_item(buf, off, end, hello, limits)
+        if it.request_id in seen:
+            raise DuplicateRequest(f"request {it.request_id} appears twice in one PROPOSAL")
+        seen.add(it.request_id)
+        items.append(it)
+    if off != end:
+        raise TrailingBytes(f"PROPOSAL has {end - off} bytes after its last item")
+    return ProposalFrame(round_id=round_id, items=tuple(items))
+
+
+def _decode_item(buf, off: int, end: int, hello: Hello, limits: Limits) -> tuple[DraftItem, int]:
+    if off + _ITEM.size > end:
+        raise Truncated("PROPOSAL item header is cut short")
+    rid, status, kind, k, s = _ITEM.unpack_from(buf, off)
+    off += _ITEM.size
+    if status not in _STATUSES or kind not in _KINDS:
+        raise UnknownCode(f"request {rid}: unknown status {status} or q kind {kind}")
+    kind = QKind(kind)
+    if status != ItemStatus.OK:
+        if k or s:
+            raise BadShape(f"request {rid}: a non-OK item must have depth 0 and support 0")
+        tokens = torch.from_numpy(_NO_TOKENS.copy())
+        return DraftItem(rid, ItemStatus(status), tokens, kind, None, None), off
+    cap = min(limits.depth, hello.max_depth)
+    if not 1 <= k <= cap:
+        raise DepthLimit(f"request {rid}: depth {k} outside 1..{cap}")
+    if kind not in hello.q_encodings or (kind == QKind.POINT_MASS
+                                         and hello.mode != DraftMode.GREEDY):
+        raise UndeclaredEncoding(f"request {rid}: q encoding {kind.name} was not declared "
+                                 f"by a {hello.mode.name} drafter")
+    v = hello.vocab_size
+    toks, off = view(buf, off, _I32, k, end, "drafted tokens")
+    if kind == QKind.SPARSE:
+        if not 1 <= s <= min(limits.support, hello.max_support):
+            raise SupportLimit(f"request {rid}: SPARSE support {s} outside "
+                               f"1..{min(limits.support, hello.max_support)}")
+        ids, off = view(buf, off, _I32, k * s, end, "support ids")
+        lp, off = view(buf, off, _F32, k * s, end, "SPARSE log q")
+        ids, lp = ids.reshape(k, s), lp.reshape(k, s)
+        check_sparse(toks, ids, lp, v)
+        q_ids = torch.from_numpy(ids.astype(np.int64))
+    elif s:
+        raise SupportLimit(f"request {rid}: {kind.name} items carry support 0, got {s}")
+    elif kind == QKind.DENSE:
+        lp, off = view(buf, off, _F32, k * v, end, "DENSE log q")
+        lp = lp.reshape(k, v)
+        check_dense(toks, lp, v)
+        q_ids = None
+    else:
+        check_tokens(toks, v)
+        item = DraftItem(rid, ItemStatus.OK, torch.from_numpy(toks.astype(np.int64)), kind,
+                         None, None)
+        return item, off
+    item = DraftItem(rid, ItemStatus.OK, torch.from_numpy(toks.astype(np.int64)), kind,
+                     torch.from_numpy(lp.copy()), q_ids)
+    return item, off
