@@ -50,6 +50,7 @@ __all__ = [
     "PeerError",
     "ConnectionLost",
     "DeadlineExceeded",
+    "BadKey",
 ]
 
 
@@ -230,3 +231,7 @@ class ConnectionLost(WireError):
 
 class DeadlineExceeded(WireError):
     """A connect or read did not finish before its deadline."""
+
+
+class BadKey(WireError):
+    """The pre-shared key is missing, unreadable or too short."""

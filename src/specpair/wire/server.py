@@ -1,0 +1,295 @@
+"""The drafter side of the wire: an asyncio TCP server around a synchronous handler.
+
+    handler = MyDrafter(...)          # .handle(Propose) -> ProposalFrame, .release(ids)
+    serve(handler, hello, host="127.0.0.1", port=7000, key=load_key("wire.key"))
+
+Per connection: CHALLENGE, then a valid AUTH within ``handshake_timeout_s`` (else
+ERROR AUTH_FAILED and the close), AUTH_OK + HELLO, then PROPOSE / RELEASE frames.
+Frames go through a bounded queue (``queue_depth``; a full queue stops reading,
+so TCP pushes back on the target) to one worker thread shared by all connections:
+the handler never runs concurrently with itself. Each PROPOSE gets exactly one
+PROPOSAL. If the handler raises, or answers with a frame that does not encode or
+does not match the round, every item of the round is answered RESYNC (the target
+resends those histories whole). A malformed frame gets ERROR and the close. When
+a connection ends, the requests it carried are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from specpair.proposal import QKind
+from specpair.wire import auth
+from specpair.wire.codec import decode, encode
+from specpair.wire.errors import AuthFailed, ErrorCode, UnexpectedFrame, WireError
+from specpair.wire.format import HEADER, LIMITS, Limits, parse_header
+from specpair.wire.frames import (
+    Auth,
+    AuthOk,
+    Challenge,
+    DraftItem,
+    ErrorFrame,
+    Hello,
+    ItemStatus,
+    ProposalFrame,
+    Propose,
+    Release,
+)
+
+__all__ = ["Handler", "ServerStats", "WireServer", "serve", "ServerThread"]
+
+log = logging.getLogger("specpair.wire.server")
+
+
+class Handler(Protocol):
+    """What the drafter supplies. Called from one worker thread, never concurrently."""
+
+    def handle(self, propose: Propose) -> ProposalFrame: ...
+
+    def release(self, request_ids: tuple[int, ...]) -> None: ...
+
+
+@dataclass
+class ServerStats:
+    """Counters since start (read them from any thread; approximate while running)."""
+
+    connections: int = 0  # connections accepted
+    authenticated: int = 0  # connections that passed the challenge
+    auth_failures: int = 0  # connections refused at the handshake
+    rounds: int = 0  # PROPOSE frames answered
+    handler_failures: int = 0  # rounds answered RESYNC because the handler failed
+    malformed: int = 0  # connections closed on a malformed or unexpected frame
+    errors: dict[str, int] = field(default_factory=dict)  # failures by exception class
+
+
+def _resync(propose: Propose) -> ProposalFrame:
+    empty = torch.zeros(0, dtype=torch.int64)
+    return ProposalFrame(propose.round_id, tuple(
+        DraftItem(it.request_id, ItemStatus.RESYNC, empty, QKind.SPARSE, None, None)
+        for it in propose.items))
+
+
+class WireServer:
+    """Serves one handler to any number of authenticated targets."""
+
+    def __init__(self, handler: Handler, hello: Hello, key: bytes, host: str = "127.0.0.1",
+                 port: int = 0, *, limits: Limits = LIMITS, queue_depth: int = 8,
+                 handshake_timeout_s: float = 5.0) -> None:
+        self.handler = handler
+        self.hello = hello
+        self.key = auth.check_key(key)
+        self.host, self.port = host, port
+        self.limits = limits
+        self.queue_depth = queue_depth
+        self.handshake_timeout_s = handshake_timeout_s
+        self.stats = ServerStats()
+        self._hello_bytes = encode(hello, limits)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wire-handler")
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._closing = False
+
+    async def start(self) -> int:
+        """Bind and listen; returns the bound port (useful with port=0)."""
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("wire server listening on %s:%d", self.host, self.port)
+        return self.port
+
+    async def close(self) -> None:
+        """Stop accepting, tell connected targets, close them, stop the worker."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        bye = encode(ErrorFrame(ErrorCode.SHUTTING_DOWN, "drafter shutting down"), self.limits)
+        for w in list(self._writers):
+            with contextlib.suppress(Exception):
+                w.write(bye)
+                w.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _count(self, exc: BaseException) -> None:
+        name = type(exc).__name__
+        self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+
+    async def _read(self, reader: asyncio.StreamReader, *, authenticated: bool):
+        head = await reader.readexactly(HEADER.size)
+        h = parse_header(head, self.limits, authenticated=authenticated)  # before the body
+        body = await reader.readexactly(h.body_len)
+        return decode(head + body, self.hello, self.limits, authenticated=authenticated)
+
+    async def _handshake(self, reader, writer) -> None:
+        nonce = auth.new_nonce()
+        writer.write(encode(Challenge(nonce), self.limits))
+        await writer.drain()
+        frame = await self._read(reader, authenticated=False)
+        if not isinstance(frame, Auth):
+            raise AuthFailed(f"expected AUTH, got {type(frame).__name__}")
+        if not auth.macs_equal(auth.target_mac(self.key, nonce, frame.nonce), frame.mac):
+            raise AuthFailed("AUTH carries a wrong MAC (the target lacks the key)")
+        mac = auth.drafter_mac(self.key, nonce, frame.nonce)
+        writer.write(encode(AuthOk(mac), self.limits) + self._hello_bytes)
+        await writer.drain()
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        self.stats.connections += 1
+        self._writers.add(writer)
+        seen: set[int] = set()
+        worker = None
+        try:
+            try:
+                await asyncio.wait_for(self._handshake(reader, writer), self.handshake_timeout_s)
+            except (WireError, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
+                self.stats.auth_failures += 1
+                self._count(exc)
+                log.warning("refused a connection at the handshake: %s", exc)
+                msg = str(exc) or "no valid AUTH within the handshake deadline"
+                with contextlib.suppress(Exception):
+                    writer.write(encode(ErrorFrame(ErrorCode.AUTH_FAILED, msg[:512])))
+                return
+            self.stats.authenticated += 1
+            queue: asyncio.Queue = asyncio.Queue(maxsize=self.queue_depth)
+            worker = asyncio.create_task(self._work(queue, writer, seen))
+            await self._read_loop(reader, writer, queue)
+        finally:
+            if worker is not None:
+                worker.cancel()
+                with contextlib.suppress(BaseException):
+                    await worker
+            self._writers.discard(writer)
+            with contextlib.suppress(Exception):
+                writer.close()
+            if seen and not self._closing:
+                with contextlib.suppress(Exception):
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self.handler.release, tuple(seen))
+
+    async def _read_loop(self, reader, writer, queue: asyncio.Queue) -> None:
+        while True:
+            try:
+                frame = await self._read(reader, authenticated=True)
+                if not isinstance(frame, Propose | Release):
+                    raise UnexpectedFrame(f"a target sends PROPOSE or RELEASE, not "
+                                          f"{type(frame).__name__}")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the target went away
+            except WireError as exc:
+                self.stats.malformed += 1
+                self._count(exc)
+                log.warning("closing a connection on a bad frame: %s", exc)
+                with contextlib.suppress(Exception):
+                    await queue.join()
+                    writer.write(encode(ErrorFrame(exc.code, str(exc)[:1024]), self.limits))
+                    await writer.drain()
+                return
+            await queue.put(frame)
+
+    async def _work(self, queue: asyncio.Queue, writer, seen: set[int]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            frame = await queue.get()
+            try:
+                if isinstance(frame, Release):
+                    seen.difference_update(frame.request_ids)
+                    await loop.run_in_executor(self._executor, self._release, frame)
+                    continue
+                seen.update(it.request_id for it in frame.items)
+                data = await loop.run_in_executor(self._executor, self._answer, frame)
+                writer.write(data)
+                await writer.drain()
+                self.stats.rounds += 1
+            finally:
+                queue.task_done()
+
+    def _release(self, frame: Release) -> None:
+        try:
+            self.handler.release(frame.request_ids)
+        except Exception:
+            log.exception("handler.release failed")
+
+    def _answer(self, propose: Propose) -> bytes:
+        """Runs in the worker thread: the handler's answer, encoded; RESYNC if it fails."""
+        try:
+            reply = self.handler.handle(propose)
+            if not isinstance(reply, ProposalFrame) or reply.round_id != propose.round_id:
+                raise TypeError("handle() must return the ProposalFrame of the same round")
+            return encode(reply, self.limits)
+        except Exception as exc:
+            self.stats.handler_failures += 1
+            self._count(exc)
+            log.exception("handler failed on round %d; answering RESYNC", propose.round_id)
+            return encode(_resync(propose), self.limits)
+
+
+def serve(handler: Handler, hello: Hello, host: str = "127.0.0.1", port: int = 0, *,
+          key: bytes, ready: Callable[[int], None] | None = None, **options) -> None:
+    """Serve until SIGTERM or SIGINT, then close cleanly. ``ready(port)`` runs once bound.
+    ``options`` go to ``WireServer`` (limits, queue_depth, handshake_timeout_s)."""
+
+    async def main() -> None:
+        server = WireServer(handler, hello, key, host, port, **options)
+        bound = await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready(bound)
+        try:
+            await stop.wait()
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+class ServerThread:
+    """A WireServer on its own event loop in a daemon thread (tests, bench, self-test).
+
+    with ServerThread(handler, hello, key) as srv:
+        client = DraftClient("127.0.0.1", srv.port, key, ...)
+    """
+
+    def __init__(self, handler: Handler, hello: Hello, key: bytes, host: str = "127.0.0.1",
+                 port: int = 0, **options) -> None:
+        self.server = WireServer(handler, hello, key, host, port, **options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="wire-server")
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
