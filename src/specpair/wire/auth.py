@@ -10,7 +10,8 @@ from pathlib import Path
 from specpair.wire.errors import BadKey
 
 __all__ = [
-    "MIN_KEY_BYTES", "load_key", "check_key", "new_nonce", "target_mac", "drafter_mac", "macs_equal",
+    "MIN_KEY_BYTES", "load_key", "check_key", "new_nonce",
+    "target_mac", "drafter_mac", "macs_equal",
 ]
 
 MIN_KEY_BYTES = 16
