@@ -20,24 +20,26 @@ once positions reach the offset). ``position`` and ``index`` are checked to
 fit in 32 bits so no field can spill into its neighbour.
 
 Nothing here depends on batch composition, call order or device: the value is
-computed from integers with exact integer arithmetic (int64 lanes holding
-32-bit words) and converted to float64 exactly, so CPU and CUDA agree bit for
-bit.
+computed from integers with exact integer arithmetic (uint64 lanes holding
+32-bit words, numpy on the host: a round of noise is a few dozen values, so the
+host is faster than a device launch) and converted to float64 exactly.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
+import numpy as np
 import torch
 
 __all__ = ["Stream", "philox4x32", "uniform"]
 
-_M32 = 0xFFFFFFFF
-_PHILOX_M0 = 0xD2511F53
-_PHILOX_M1 = 0xCD9E8D57
-_PHILOX_W0 = 0x9E3779B9
-_PHILOX_W1 = 0xBB67AE85
+_M32 = np.uint64(0xFFFFFFFF)
+_PHILOX_M0 = np.uint64(0xD2511F53)
+_PHILOX_M1 = np.uint64(0xCD9E8D57)
+_PHILOX_W0 = np.uint64(0x9E3779B9)
+_PHILOX_W1 = np.uint64(0xBB67AE85)
+_SHIFT = np.uint64(32)
 _ROUNDS = 10
 
 
@@ -50,51 +52,55 @@ class Stream(IntEnum):
     BONUS = 4  # the verifier's draw from p_{K+1} when every draft was accepted
 
 
-def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # a, b < 2**32, so the product fits in 64 bits; int64 wraps modulo 2**64 and
-    # masking after the (arithmetic) shift recovers the unsigned high word.
-    prod = b * a
-    return (prod >> 32) & _M32, prod & _M32
-
-
 def philox4x32(
-    counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    key: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32-10 on int64 tensors holding 32-bit words (broadcasting)."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
+    counter: tuple[np.ndarray, ...], key: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, ...]:
+    """Philox4x32-10 on uint64 arrays holding 32-bit words (broadcasting).
+
+    The 32x32 -> 64-bit products are exact in uint64, so the high and low words
+    are a shift and a mask; the arithmetic is the same on every machine.
+    """
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in counter)
+    k0, k1 = (np.asarray(k, dtype=np.uint64) for k in key)
     for _ in range(_ROUNDS):
-        hi0, lo0 = _mulhilo(_PHILOX_M0, c0)
-        hi1, lo1 = _mulhilo(_PHILOX_M1, c2)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        p0 = c0 * _PHILOX_M0
+        p1 = c2 * _PHILOX_M1
+        c0, c1, c2, c3 = (p1 >> _SHIFT) ^ c1 ^ k0, p1 & _M32, (p0 >> _SHIFT) ^ c3 ^ k1, p0 & _M32
         k0 = (k0 + _PHILOX_W0) & _M32
         k1 = (k1 + _PHILOX_W1) & _M32
     return c0, c1, c2, c3
 
 
+def _u32(name: str, value: torch.Tensor | np.ndarray | int) -> np.ndarray:
+    a = np.asarray(value.cpu() if isinstance(value, torch.Tensor) else value, dtype=np.int64)
+    if a.size and (int(a.min()) < 0 or int(a.max()) > 0xFFFFFFFF):
+        raise ValueError(
+            f"{name} must lie in [0, 2**32); got range [{int(a.min())}, {int(a.max())}]")
+    return a.astype(np.uint64)
+
+
 def uniform(
-    seed: torch.Tensor,
-    position: torch.Tensor,
-    stream: Stream,
+    seed: torch.Tensor | int,
+    position: torch.Tensor | int,
+    stream: Stream | torch.Tensor,
     index: torch.Tensor | int = 0,
 ) -> torch.Tensor:
     """float64 uniforms in the open interval (0, 1), one per broadcast element.
 
-    seed: int64 (any 64-bit value); position, index: int64 in [0, 2**32).
+    seed: int64 (any 64-bit value); position, index: in [0, 2**32); stream: a
+    Stream or an int64 tensor of stream ids (broadcast like the others).
     The result has 52 random bits: u = (x + 0.5) / 2**52 with x < 2**52, which
-    float64 holds exactly, so 0 < u <= 1 - 2**-53 < 1.
+    float64 holds exactly, so 0 < u <= 1 - 2**-53 < 1. It is returned on the
+    device of ``seed`` (CPU when ``seed`` is not a tensor).
     """
-    seed = torch.as_tensor(seed, dtype=torch.int64)
-    position = torch.as_tensor(position, dtype=torch.int64, device=seed.device)
-    index = torch.as_tensor(index, dtype=torch.int64, device=seed.device)
-    for name, t in (("position", position), ("index", index)):
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) > _M32):
-            raise ValueError(f"{name} must lie in [0, 2**32); got range "
-                             f"[{int(t.min())}, {int(t.max())}]")
-    seed, position, index = torch.broadcast_tensors(seed, position, index)
-    key = (seed & _M32, (seed >> 32) & _M32)
-    zero = torch.zeros_like(position)
-    w0, w1, _, _ = philox4x32((index, position, zero + int(stream), zero), key)
-    bits52 = ((w1 >> 12) << 32) | w0  # 20 + 32 bits
-    return (bits52.to(torch.float64) + 0.5) * (2.0**-52)
+    device = seed.device if isinstance(seed, torch.Tensor) else torch.device("cpu")
+    s = np.asarray(seed.cpu() if isinstance(seed, torch.Tensor) else seed, dtype=np.int64)
+    s = s.view(np.uint64)
+    pos = _u32("position", position)
+    idx = _u32("index", index)
+    st = _u32("stream", stream)
+    s, pos, idx, st = np.broadcast_arrays(s, pos, idx, st)
+    w0, w1, _, _ = philox4x32((idx, pos, st, np.zeros_like(pos)), (s & _M32, s >> _SHIFT))
+    bits52 = ((w1 >> np.uint64(12)) << _SHIFT) | w0  # 20 + 32 bits
+    u = (bits52.astype(np.float64) + 0.5) * (2.0**-52)
+    return torch.from_numpy(np.ascontiguousarray(u)).to(device)

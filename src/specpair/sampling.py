@@ -195,19 +195,35 @@ def sample_from_logp(weights_logp: torch.Tensor, u: torch.Tensor) -> torch.Tenso
     return sample_from_weights(w, u)
 
 
-def sample_from_weights(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw from non-negative float64 weights [N, S], one uniform per row.
+_BLOCK = 128  # columns per block of the two-level inverse CDF
 
-    Returns [N] int64 column indices; -1 for a row with no mass. A zero-weight
-    column is never returned.
+
+def sample_from_weights(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from non-negative weights [N, S] (fp32 or fp64), one uniform per row.
+
+    Two-level inverse CDF: the cumulative (float64) block sums of _BLOCK
+    columns locate the block, a float64 cumulative sum inside that block
+    locates the column. The
+    law is w / sum(w) (up to float64 rounding), as with one flat cumsum, at a
+    fraction of its cost. Returns [N] int64 column indices; -1 for a row with
+    no mass. A zero-weight column is never returned.
     """
-    cdf = w.cumsum(dim=-1)
-    total = cdf[:, -1]
-    idx = torch.searchsorted(cdf, (u * total).unsqueeze(1), right=True).squeeze(1)
-    # searchsorted(right=True) lands on a column with positive weight unless
-    # u * total rounds up to total (probability ~2**-53): then take the last
-    # positive column, never a zero-weight one.
-    off = idx >= w.shape[-1]
+    n, s = w.shape
+    nb = -(-s // _BLOCK)
+    padded = w if s == nb * _BLOCK else torch.nn.functional.pad(w, (0, nb * _BLOCK - s))
+    blocks = padded.view(n, nb, _BLOCK)
+    bcdf = blocks.sum(dim=-1).double().cumsum(dim=-1)  # [N, nb]
+    total = bcdf[:, -1]
+    x = u * total
+    # first block whose cumulative mass exceeds x: it has positive mass
+    b = torch.searchsorted(bcdf, x.unsqueeze(1), right=True).squeeze(1).clamp_(max=nb - 1)
+    before = torch.where(b > 0, bcdf.gather(1, (b - 1).clamp(min=0).unsqueeze(1)).squeeze(1), 0.0)
+    inner = blocks[torch.arange(n), b].double()  # [N, BLOCK]
+    col = torch.searchsorted(inner.cumsum(dim=-1), (x - before).unsqueeze(1), right=True)
+    col = col.squeeze(1)
+    # rounding can push the remainder past the block's own cumsum: then take the
+    # block's last positive column, never a zero-weight one
+    off = col >= _BLOCK
     if bool(off.any()):
-        idx[off] = w.shape[-1] - 1 - (w[off] > 0).flip(-1).to(torch.int8).argmax(dim=-1)
-    return torch.where(total > 0, idx, -1)
+        col[off] = _BLOCK - 1 - (inner[off] > 0).flip(-1).to(torch.int8).argmax(dim=-1)
+    return torch.where(total > 0, b * _BLOCK + col, -1)

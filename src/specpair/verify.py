@@ -111,18 +111,15 @@ def verify(
     # The one token after the accepted prefix: recovered (n_acc < K) or bonus.
     j = n_acc
     recovering = j < k
-    p_j = logp[rows, j]  # [B, V] fp32 log p_j
-    w = p_j.double().exp_()
+    p_j = logp.view(b * (k + 1), v).index_select(0, rows * (k + 1) + j)  # [B, V] fp32 log p_j
+    w = p_j.exp()  # fp32 p_j: the law as the target computed it
     _subtract_q(w, proposal, rows, j, recovering & ~dropped)
-    stream_u = torch.where(
-        recovering,
-        uniform(params.seed, pos[rows, j], streams.recover),
-        uniform(params.seed, pos[rows, j], streams.bonus),
-    )
+    stream = torch.where(recovering, int(streams.recover), int(streams.bonus))
+    stream_u = uniform(params.seed, pos[rows, j], stream)
     last = sample_from_weights(w, stream_u)
     empty = last < 0  # p == q up to rounding: the rejection had probability ~0; draw from p
     if bool(empty.any()):
-        last[empty] = sample_from_weights(p_j[empty].double().exp_(), stream_u[empty])
+        last[empty] = sample_from_weights(p_j[empty].exp(), stream_u[empty])
     if any_greedy:
         last = torch.where(greedy, argmax[rows, j], last)
 
@@ -152,7 +149,7 @@ def _subtract_q(w: torch.Tensor, proposal: Proposal, rows: torch.Tensor, j: torc
     if proposal.kind == QKind.POINT_MASS:
         w[r, proposal.tokens[r, jr]] = 0.0
         return
-    q = torch.exp(proposal.normalized_logq()[r, jr])  # [R, S|V] float64
+    q = torch.exp(proposal.normalized_logq()[r, jr]).float()  # [R, S|V]
     if proposal.kind == QKind.DENSE:
         w[r] = (w[r] - q).clamp_(min=0.0)
         return
