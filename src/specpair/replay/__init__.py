@@ -1,0 +1,1 @@
+"""Offline replay: greedy vs sampled drafting on recorded target/draft distributions."""
