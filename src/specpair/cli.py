@@ -15,9 +15,12 @@ from specpair import __version__
 
 _GROUPS = [
     "specpair.models.cli",  # models make-tiny
+    "specpair.drafter.cli",  # drafter serve
     "specpair.gates.cli",  # gate rng
     "specpair.health.cli",  # health
     "specpair.admission.cli",  # admission tie-gate | kl-probe
+    "specpair.replay.cli",  # replay
+    "specpair.vllm.cli",  # overlay apply | verify | status | manifest | unpack
 ]
 
 
