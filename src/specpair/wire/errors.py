@@ -15,6 +15,7 @@ __all__ = [
     "Truncated",
     "TrailingBytes",
     "FrameTooLarge",
+    "Misaligned",
     "BadMagic",
     "BadVersion",
     "BadChecksum",
@@ -84,7 +85,11 @@ class TrailingBytes(DecodeError):
 
 
 class FrameTooLarge(DecodeError):
-    """body_len exceeds the frame limit, or body_len is not a multiple of 8."""
+    """body_len exceeds the frame limit."""
+
+
+class Misaligned(DecodeError):
+    """body_len is not a multiple of 8."""
 
 
 class BadMagic(DecodeError):

@@ -17,6 +17,7 @@ from specpair.wire.errors import (
     BadShape,
     BadVersion,
     FrameTooLarge,
+    Misaligned,
     NonZeroReserved,
     Truncated,
     UnknownKind,
@@ -112,7 +113,7 @@ def parse_header(buf, limits: Limits = LIMITS, *, authenticated: bool = True) ->
     if body_len + HEADER.size > cap:
         raise FrameTooLarge(f"frame of {body_len + HEADER.size} bytes exceeds the limit {cap}")
     if body_len % 8:
-        raise FrameTooLarge(f"body_len {body_len} is not a multiple of 8")
+        raise Misaligned(f"body_len {body_len} is not a multiple of 8")
     return Header(Kind(kind), body_len, crc)
 
 
