@@ -21,6 +21,7 @@ _GROUPS = [
     "specpair.admission.cli",  # admission tie-gate | kl-probe
     "specpair.replay.cli",  # replay
     "specpair.vllm.cli",  # overlay apply | verify | status | manifest | unpack
+    "specpair.deploy.cli",  # deploy | rollback | restore | gates | release
 ]
 
 

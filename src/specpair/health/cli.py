@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from specpair.deploy.cli import add_inventory_argument, run_health_inventory
 from specpair.health.codec import report_from_dict, to_dict
 from specpair.health.errors import CannotProbe, PolicyError, ReportError, SnapshotError
 from specpair.health.model import HostReport
@@ -49,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "(a snapshot for post-mortems)")
     p.add_argument("--qualify", choices=PAIRS,
                    help="check a pair's physical invariants and record its GPU UUIDs")
+    # --inventory/--confirm: probe every host of an inventory (specpair.deploy owns the flags).
+    add_inventory_argument(p)
     p.add_argument("--input", metavar="FILE", action="append", default=[],
                    help="with --qualify: a snapshot or `specpair health --json` output to "
                         "qualify instead of probing here; target-pair takes two "
@@ -163,6 +166,8 @@ def _qualify(args: argparse.Namespace, policy: Policy) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "inventory", None):
+        return run_health_inventory(args)
     try:
         policy = load_policy(args.policy)
         if args.qualify:

@@ -1,0 +1,207 @@
+"""`specpair deploy | rollback | restore | gates | release`: the pair's deployment.
+
+The first four run playbooks/{deploy,rollback,restore-pair,gates}.yml through ansible-runner
+against an inventory (inventories/local or inventories/prod, or a path), print progress and a
+final summary (or one JSON object with --json), and exit 0 only when the play succeeded.
+Production inventories need typed confirmation: --confirm NAME, or typing NAME at the prompt.
+`specpair health --inventory INV` (the health group) calls `run_health_inventory` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specpair.deploy.errors import DeployError
+from specpair.deploy.release import (
+    DRAFTER_MODES,
+    MAX_DEPTH,
+    PROFILES,
+    Release,
+    load_release,
+    resolve_image,
+    write_release,
+)
+
+__all__ = ["add_parser", "add_inventory_argument", "run_health_inventory"]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 4
+_ACTIONS = {  # command -> (playbook, help)
+    "deploy": ("deploy.yml", "deploy a release to the pair: health, stage by digest, stop old "
+               "pair, start drafter then target, completion, in-image gates, commit; any "
+               "failure puts the previous release back on every host"),
+    "rollback": ("rollback.yml", "move the pair back to the previous recorded release "
+                 "(same checks as deploy)"),
+    "restore": ("restore-pair.yml", "after an experiment window, put the recorded release "
+                "back on every host, verify it serves, write summary.json with pair_restored"),
+    "gates": ("gates.yml", "run the in-image gates (pytest -m gate) of the recorded release "
+              "on every host; JUnit XML fetched to the controller"),
+}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", "-i", required=True, metavar="INV",
+                   help="inventory: local, prod (inventories/<name>) or a path")
+    p.add_argument("--json", action="store_true", help="print one JSON object (machines)")
+    p.add_argument("--check", action="store_true",
+                   help="ansible check mode: report, change nothing")
+    p.add_argument("--confirm", metavar="NAME",
+                   help="typed confirmation for a production inventory (its name)")
+    p.add_argument("--tags", metavar="TAGS", help="only these playbook tags "
+                   "(health, stage, start, verify, gates, record)")
+    p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra variable for the playbook (repeatable), e.g. "
+                   "specpair_state_root=/tmp/state")
+
+
+def add_inventory_argument(p: argparse.ArgumentParser) -> None:
+    """`--inventory` for `specpair health`: probe every host of an inventory via health.yml."""
+    p.add_argument("--inventory", metavar="INV",
+                   help="probe every host of this inventory (local, prod or a path) through "
+                   "playbooks/health.yml; reports land under build/deploy/<run>/reports")
+    p.add_argument("--confirm", metavar="NAME", help="with --inventory: typed confirmation "
+                   "for a production inventory")
+
+
+def add_parser(sub: Any) -> None:
+    for command, (playbook, text) in _ACTIONS.items():
+        p = sub.add_parser(command, help=text, description=text[0].upper() + text[1:] + ".",
+                           epilog=f"runs playbooks/{playbook}; exit 0 ok, 1 failed, 4 bad input")
+        _common(p)
+        if command == "deploy":
+            p.add_argument("--release", "-r", required=True, metavar="NAME|FILE",
+                           help="release name (releases/NAME.yml) or a release file")
+        p.set_defaults(func=_run_action, action=command, playbook=playbook)
+    _add_release_parser(sub)
+
+
+def _add_release_parser(sub: Any) -> None:
+    p = sub.add_parser("release", help="write or show a release file (images by digest + config)",
+                       description="Release files name the pair's images by ID/digest and its "
+                       "config; see specpair.deploy.release for the format.")
+    rsub = p.add_subparsers(dest="release_command", metavar="COMMAND", required=True)
+    new = rsub.add_parser("new", help="write releases/NAME.yml, resolving images to their IDs",
+                          description="Resolve the target and drafter images in the local Docker "
+                          "engine to their image IDs and write a release file.")
+    new.add_argument("name", help="release name ([a-z0-9._-])")
+    new.add_argument("--target", required=True, metavar="IMAGE", help="target image (tag or ID)")
+    new.add_argument("--drafter", required=True, metavar="IMAGE", help="drafter image (tag or ID)")
+    new.add_argument("--target-profile", default="cpu", choices=PROFILES)
+    new.add_argument("--drafter-profile", default="cpu", choices=PROFILES)
+    new.add_argument("--depth", type=int, default=4, help=f"K, 1..{MAX_DEPTH} (default 4)")
+    new.add_argument("--drafter-mode", default="sampled", choices=DRAFTER_MODES)
+    new.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
+                     help="another config entry (repeatable), e.g. --set gate_size=quick")
+    new.add_argument("--dir", default="releases", help="directory to write to (default releases)")
+    new.set_defaults(func=_run_release_new)
+    show = rsub.add_parser("show", help="check a release file and print it with its config hash")
+    show.add_argument("file", help="release file")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=_run_release_show)
+
+
+def _key_values(items: list[str], what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise DeployError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def _confirm(inventory: Path, given: str | None) -> str | None:
+    """The confirmation to pass: --confirm, or typed at a prompt for a production inventory."""
+    if given is not None:
+        return given
+    gv = inventory / "group_vars" / "all.yml"
+    data = yaml.safe_load(gv.read_text()) if gv.is_file() else {}
+    if not data or not data.get("specpair_confirm_required"):
+        return None
+    name = data.get("specpair_inventory_name", inventory.name)
+    if not sys.stdin.isatty():
+        raise DeployError(f"inventory {name} is production: pass --confirm {name}")
+    return input(f"inventory {name} is production; type its name to continue: ").strip()
+
+
+def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
+                  extravars: dict[str, Any]) -> int:
+    from specpair.deploy.runner import repo_root, resolve_inventory, run_playbook
+
+    try:
+        root = repo_root()
+        inventory = resolve_inventory(args.inventory, root)
+        extravars = {**extravars, **_key_values(getattr(args, "extra_var", []), "--extra-var")}
+        confirm = _confirm(inventory if inventory.is_dir() else inventory.parent, args.confirm)
+        if confirm is not None:
+            extravars["confirm"] = confirm
+    except (DeployError, OSError) as e:
+        print(f"specpair {action}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = run_playbook(playbook, inventory, extravars, check=getattr(args, "check", False),
+                          tags=getattr(args, "tags", None), action=action,
+                          out=None if args.json else sys.stderr)
+    if args.json:
+        print(json.dumps({"action": action, "inventory": str(inventory), **result.to_json()},
+                         indent=1))
+    else:
+        from specpair.deploy.report import print_summary
+
+        print_summary(action, result)
+    return EXIT_OK if result.rc == 0 else EXIT_FAILED
+
+
+def _run_action(args: argparse.Namespace) -> int:
+    extravars: dict[str, Any] = {}
+    if args.action == "deploy":
+        ref = Path(args.release)
+        if ref.suffix in (".yml", ".yaml") or ref.is_file():
+            try:
+                load_release(ref)  # fail here, with the field named, before ansible starts
+            except DeployError as e:
+                print(f"specpair deploy: {e}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            extravars["release_file"] = str(ref.resolve())
+        else:
+            extravars["release"] = args.release
+    return _run_playbook(args, args.playbook, args.action, extravars)
+
+
+def run_health_inventory(args: argparse.Namespace) -> int:
+    """`specpair health --inventory INV`: the probe on every host, via playbooks/health.yml."""
+    args.extra_var = []
+    return _run_playbook(args, "health.yml", "health", {})
+
+
+def _run_release_new(args: argparse.Namespace) -> int:
+    try:
+        config = {"depth": args.depth, "drafter_mode": args.drafter_mode,
+                  **_key_values(args.set, "--set")}
+        release = Release(name=args.name,
+                          profiles={"target": args.target_profile, "drafter": args.drafter_profile},
+                          images={"target": resolve_image(args.target),
+                                  "drafter": resolve_image(args.drafter)},
+                          config=config)
+        path = write_release(release, args.dir)
+    except DeployError as e:
+        print(f"specpair release new: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote {path} (config_hash {release.config_hash})")
+    return EXIT_OK
+
+
+def _run_release_show(args: argparse.Namespace) -> int:
+    try:
+        release = load_release(args.file)
+    except DeployError as e:
+        print(f"specpair release show: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    data = {**release.to_dict(), "config_hash": release.config_hash}
+    text = json.dumps(data, indent=1) + "\n" if args.json else yaml.safe_dump(data, sort_keys=False)
+    print(text, end="")
+    return EXIT_OK

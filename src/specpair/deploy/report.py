@@ -1,0 +1,90 @@
+"""Human summary of a playbook run: per host what is recorded and running, checks, failures."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from specpair.deploy.runner import RunResult
+
+__all__ = ["print_summary", "junit_outcome", "host_reports"]
+
+
+def junit_outcome(path: Path) -> dict[str, Any]:
+    """{tests, failures, errors, skipped, failed: [test ids]} of a pytest JUnit XML file."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    out: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "failed": []}
+    for s in suites:
+        for k in ("tests", "failures", "errors", "skipped"):
+            out[k] += int(s.get(k, 0))
+        for case in s.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                out["failed"].append(f"{case.get('classname')}::{case.get('name')}")
+    return out
+
+
+def host_reports(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Per host: the health report status and the gate JUnit outcome fetched to the controller."""
+    out: dict[str, dict[str, Any]] = {}
+    reports = run_dir / "reports"
+    if not reports.is_dir():
+        return out
+    for d in sorted(p for p in reports.iterdir() if p.is_dir()):
+        entry: dict[str, Any] = {}
+        if (d / "health.json").is_file():
+            entry["health"] = json.loads((d / "health.json").read_text()).get("status")
+        if (d / "gates-junit.xml").is_file():
+            entry["gates"] = junit_outcome(d / "gates-junit.xml")
+        out[d.name] = entry
+    return out
+
+
+def _yes(v: Any) -> str:
+    return "yes" if v else "NO"
+
+
+def print_summary(action: str, r: RunResult) -> None:
+    ok = r.rc == 0
+    s = r.summary
+    release = (s or {}).get("requested") or {}
+    head = f"specpair {action}: {'OK' if ok else 'FAILED'}"
+    if release:
+        head += f" (release {release.get('name')})"
+    print(f"{head}; {r.elapsed_s:.1f} s, changed={r.changed}, status {r.status}")
+    reports = host_reports(r.run_dir)
+    if s:
+        print(f"  {'host':20s} {'role':14s} {'recorded':10s} {'running':10s} {'matches':7s} "
+              f"{'health':7s} gates")
+        for host, h in sorted(s["hosts"].items()):
+            g = h.get("gates") or {}
+            gates = ("-" if not g else ("passed" if int(g.get("rc", 1)) == 0
+                                        else "FAILED " + ",".join(g.get("failed", []))))
+            print(f"  {host:20s} {h['role']:14s} {str(h['record_current']):10s} "
+                  f"{str(h['running_release'] if h['container'] else '(none)'):10s} "
+                  f"{_yes(h['matches_record']):7s} {str(h['health']):7s} {gates}")
+        c = s.get("completion")
+        if c:
+            print(f"  completion: {c['completion_tokens']} tokens {c['text'][:60]!r}")
+        print(f"  pair consistent: {_yes(s['pair_consistent'])}; recorded release "
+              f"{', '.join(map(str, s['recorded_release']))}; digests "
+              f"{json.dumps(s.get('digests', {}))}")
+        if action == "restore":
+            print(f"  pair_restored: {str(s['pair_restored']).lower()}")
+    elif reports:
+        for host, e in reports.items():
+            g = e.get("gates")
+            gates = ""
+            if g is not None:
+                passed = g["tests"] - g["failures"] - g["errors"]
+                gates = f" gates {passed}/{g['tests']} passed"
+                if g["failed"]:
+                    gates += f", FAILED {', '.join(g['failed'])}"
+            health = f" health {e['health']}" if "health" in e else ""
+            print(f"  {host:20s}{health}{gates}")
+    failures = (s or {}).get("failures") or r.failures
+    for f in failures:
+        print(f"  failure: {f}")
+    print(f"  artifacts: {r.run_dir}")

@@ -1,0 +1,138 @@
+"""Run one of specpair's playbooks through ansible-runner, with live progress from its events.
+
+Each run gets a directory build/deploy/<UTC time>-<action>/ (ansible-runner's private data
+dir): the runner's artifacts (stdout, events, status), and what the playbooks fetch to the
+controller (summary.json, <host>/health.json, <host>/gates-junit.xml).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from specpair.deploy.errors import DeployError, InventoryError
+
+__all__ = ["RunResult", "repo_root", "resolve_inventory", "run_playbook", "Progress"]
+
+
+def repo_root() -> Path:
+    """The checkout holding playbooks/: $SPECPAIR_REPO, else the one this package lives in."""
+    env = os.environ.get("SPECPAIR_REPO")
+    root = Path(env) if env else Path(__file__).resolve().parents[3]
+    if not (root / "playbooks" / "deploy.yml").is_file():
+        raise DeployError(f"no playbooks/deploy.yml under {root}: run from a specpair checkout "
+                          "or set SPECPAIR_REPO")
+    return root
+
+
+def resolve_inventory(name_or_path: str, root: Path) -> Path:
+    """inventories/<name> for a bare name (local, prod), else the given directory or file."""
+    p = Path(name_or_path)
+    bare = not (p.is_absolute() or os.sep in name_or_path)
+    candidates = [root / "inventories" / p, p] if bare else [p]
+    for c in candidates:
+        if (c.is_dir() and (c / "hosts.yml").is_file()) or c.is_file():
+            return c.resolve()
+    known = sorted(d.name for d in (root / "inventories").iterdir() if d.is_dir())
+    raise InventoryError(f"no inventory {name_or_path!r}: give one of {known} or a path")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one playbook run did."""
+
+    playbook: str  # playbooks/<name>.yml
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    rc: int  # ansible-playbook's exit code
+    run_dir: Path  # build/deploy/<run id>/ (runner artifacts + fetched reports)
+    stats: dict[str, dict[str, int]]  # host -> {ok, changed, failures, skipped, rescued, ...}
+    failures: list[str]  # "host: task: message" for every failed task, in order
+    summary: dict[str, Any] | None  # summary.json written by the playbook, if any
+    elapsed_s: float  # wall time of the run
+
+    @property
+    def changed(self) -> int:
+        return sum(s.get("changed", 0) for s in self.stats.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"playbook": self.playbook, "status": self.status, "rc": self.rc,
+                "run_dir": str(self.run_dir), "changed": self.changed, "stats": self.stats,
+                "failures": self.failures, "summary": self.summary,
+                "elapsed_s": round(self.elapsed_s, 1)}
+
+
+class Progress:
+    """Turns runner events into one line per task and one per changed/failed host result."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        self.out = out  # None: silent (--json)
+        self.failures: list[str] = []
+        self.t0 = time.monotonic()
+
+    def _say(self, text: str) -> None:
+        if self.out is not None:
+            print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.out, flush=True)
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host = data.get("host", "")
+        task = data.get("task", "")
+        if kind == "playbook_on_play_start":
+            self._say(f"PLAY {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            self._say(f"  {task}")
+        elif kind == "runner_on_ok" and data.get("res", {}).get("changed"):
+            self._say(f"    changed: {host}")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            msg = str(data.get("res", {}).get("msg", "")).strip()
+            self.failures.append(f"{host}: {task}: {msg}")
+            self._say(f"    FAILED: {host}: {msg[:400]}")
+        elif kind == "runner_on_unreachable":
+            msg = str(data.get("res", {}).get("msg", "")).strip()
+            self.failures.append(f"{host}: unreachable: {msg}")
+            self._say(f"    UNREACHABLE: {host}: {msg[:400]}")
+        return True
+
+
+def run_playbook(playbook: str, inventory: Path, extravars: dict[str, Any], *,
+                 check: bool = False, tags: str | None = None, action: str = "",
+                 out: TextIO | None = sys.stderr,
+                 on_event: Callable[[dict[str, Any]], bool] | None = None) -> RunResult:
+    """Run playbooks/<playbook> against `inventory`; never raises for a failed play."""
+    import ansible_runner  # the deploy extra; imported here so other commands never need it
+
+    root = repo_root()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    run_dir = root / "build" / "deploy" / f"{stamp}-{action or Path(playbook).stem}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    extravars = {"specpair_artifacts_dir": str(run_dir / "reports"), **extravars}
+    progress = Progress(out)
+    flags = (["--check"] if check else []) + ([f"--tags {tags}"] if tags else [])
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(run_dir), project_dir=str(root),
+        playbook=str(root / "playbooks" / playbook), inventory=str(inventory),
+        extravars=extravars, cmdline=" ".join(flags) or None, ident="runner", quiet=True,
+        envvars={"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        event_handler=on_event or progress,
+    )
+    elapsed = time.monotonic() - t0
+    stats = _stats(r.stats or {})
+    summary_path = run_dir / "reports" / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    return RunResult(playbook=f"playbooks/{playbook}", status=str(r.status), rc=int(r.rc),
+                     run_dir=run_dir, stats=stats, failures=progress.failures,
+                     summary=summary, elapsed_s=elapsed)
+
+
+def _stats(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    hosts = sorted({h for counts in raw.values() if isinstance(counts, dict) for h in counts})
+    keys = ("ok", "changed", "failures", "skipped", "rescued", "dark", "ignored")
+    return {h: {k: int(raw.get(k, {}).get(h, 0)) for k in keys} for h in hosts}
