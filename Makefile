@@ -35,6 +35,10 @@ lint: venv ## Lint with ruff.
 bench: venv ## Print the benchmark tables (speed targets live here, not in tests).
 	$(PY) -m bench
 
+.PHONY: fuzz
+fuzz: venv ## Long mutation fuzz of the wire decoder (FUZZ_ITERATIONS, default 2M; fresh seed).
+	cd tests/wire && $(abspath $(PY)) wire_fuzz.py --iterations $${FUZZ_ITERATIONS:-2000000}
+
 ##@ Gates
 
 .PHONY: gates
