@@ -51,6 +51,7 @@ def check_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) 
     ok = (
         not np.count_nonzero(u > vocab)
         and not np.count_nonzero(np.isfinite(lp) ^ valid)
+        and not np.count_nonzero(np.isnan(lp))  # before exp: a signalling NaN would warn
         and not np.count_nonzero(valid[:, 1:] > valid[:, :-1])
         and not np.count_nonzero((s[:, 1:] == s[:, :-1]) & (s[:, 1:] != 0))
         and _normalized(lp)
@@ -91,9 +92,8 @@ def _diagnose_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: i
 def check_dense(toks: np.ndarray, lp: np.ndarray, vocab: int) -> None:
     """toks [K] int32, lp [K, V] fp32 log q over the whole vocabulary."""
     check_tokens(toks, vocab)
-    if not _normalized(lp):  # NaN and +inf break the sum too
-        _raise_non_finite(lp)
-        _raise_unnormalized(lp)
+    _raise_non_finite(lp)
+    _raise_unnormalized(lp)
     qd = lp[np.arange(toks.shape[0]), toks]
     if np.count_nonzero(qd == -np.inf):
         k = int(np.argmax(qd == -np.inf))
@@ -102,7 +102,7 @@ def check_dense(toks: np.ndarray, lp: np.ndarray, vocab: int) -> None:
 
 def _raise_non_finite(lp: np.ndarray) -> None:
     bad = np.isnan(lp) | (lp == np.inf)
-    if bad.any():
+    if np.count_nonzero(bad):
         k = int(np.argwhere(bad)[0][0])
         raise NonFiniteQ(f"position {k}: log q holds NaN or +inf")
 
