@@ -3,6 +3,7 @@
 import importlib
 
 MODULES = [
+    "bench.drafter",  # drafter round latency: batched vs sequential requests
     "bench.verify",  # verifier cost by q encoding vs one log-softmax pass
 ]
 

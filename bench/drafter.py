@@ -1,0 +1,99 @@
+"""Drafter engine round latency on the tiny pair's draft model (CPU).
+
+One round = one PROPOSE answered: fold each request's committed tokens into its
+cache, then K draft steps, each ONE batched forward plus the sampling core.
+B in {1, 4, 16}, K = 3, temperature 1, steady state (each request commits the
+drafts it "accepted" plus one token per round, so caches are cropped and
+extended as in serving). Batched (one round for B requests) and sequential (B
+one-request rounds) are timed alternately in the same loop; medians reported.
+Runs with 1 torch thread (as the tests' drafter does): a 128-wide model gains
+nothing from more, and on a shared 2-core box extra OpenMP threads spin.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from specpair.drafter.engine import DrafterEngine
+from specpair.drafter.model import HFDraftModel
+from specpair.models.tiny import make_tiny
+from specpair.wire.frames import Propose, ProposeItem, RequestParams
+
+K = 3
+ROUNDS = 20
+PROMPT = 32
+
+
+class _Target:
+    """Drives one engine like a target would: committed tokens per request."""
+
+    def __init__(self, engine: DrafterEngine, b: int, seed: int) -> None:
+        self.engine, self.rng = engine, random.Random(seed)
+        self.hist = {r: [1] + [self.rng.randrange(10, 512) for _ in range(PROMPT - 1)]
+                     for r in range(b)}
+        self.new = {r: list(h) for r, h in self.hist.items()}
+        self.acc = dict.fromkeys(self.hist, 0)
+        self.round = 0
+
+    def items(self, ids: list[int]) -> tuple[ProposeItem, ...]:
+        return tuple(ProposeItem(r, torch.tensor(self.new[r]), self.acc[r], len(self.hist[r]), K,
+                                 RequestParams(1.0, 0, 1.0, r), None) for r in ids)
+
+    def answer(self, got) -> None:  # noqa: ANN001
+        for it in got.items:
+            n = self.rng.randrange(0, K + 1)
+            self.acc[it.request_id] = n
+            self.new[it.request_id] = it.tokens[:n].tolist() + [self.rng.randrange(10, 512)]
+            self.hist[it.request_id] += self.new[it.request_id]
+
+    def run(self, ids: list[int]) -> float:
+        t = time.perf_counter()
+        got = self.engine.handle(Propose(self.round, self.items(ids)))
+        dt = time.perf_counter() - t
+        self.round += 1
+        self.answer(got)
+        return dt
+
+
+def main() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _table()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _table() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = make_tiny(Path(tmp))
+        model = HFDraftModel(pair.draft)
+    print(f"\n## Drafter round latency, tiny draft model (K={K}, T=1, prompt {PROMPT}, "
+          f"median of {ROUNDS}, {torch.get_num_threads()} threads)\n")
+    print("| B | batched ms/round | ms/draft step | ms/request-round | sequential ms/round "
+          "| batched vs sequential |")
+    print("|---|---|---|---|---|---|")
+    for b in (1, 4, 16):
+        batched = _Target(DrafterEngine(model, tokenizer_fingerprint=bytes(32), wire_version=1),
+                          b, seed=b)
+        seq = _Target(DrafterEngine(model, tokenizer_fingerprint=bytes(32), wire_version=1),
+                      b, seed=b)
+        tb, ts = [], []
+        for i in range(ROUNDS + 2):  # first two rounds (prompt prefill) are warm-up
+            x = batched.run(list(range(b)))
+            y = sum(seq.run([r]) for r in range(b))
+            if i >= 2:
+                tb.append(x)
+                ts.append(y)
+        mb, ms = statistics.median(tb) * 1e3, statistics.median(ts) * 1e3
+        print(f"| {b} | {mb:.2f} | {mb / K:.2f} | {mb / b:.2f} | {ms:.2f} | {mb / ms:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
