@@ -146,8 +146,9 @@ class LiveNvml:
     def call(self, name: str, *args: int) -> Any:
         _check_call(name, args)
         kinds, convert = CALLS[name]
-        real = [self._handle(a) if k == "dev" else a for k, a in zip(kinds, args, strict=True)]
         try:
+            real = [self._handle(a) if k == "dev" else a for k, a in zip(kinds, args,
+                                                                        strict=True)]
             return convert(getattr(self._nv, name)(*real))
         except self._nv.NVMLError as e:
             raise NvmlCallError(int(e.value)) from e
