@@ -45,21 +45,34 @@ def _normalized(lp: np.ndarray) -> bool:
 
 def check_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
     """toks [K] int32, ids [K, S] int32 (-1 pad), lp [K, S] fp32 log q."""
-    u = ids.view(np.uint32) + _ONE  # padding -> 0, valid -> 1..V, anything else > V
-    valid = u != 0
-    s = np.sort(u, axis=-1)  # padding first, then the valid ids ascending
-    ok = (
-        not np.count_nonzero(u > vocab)
-        and not np.count_nonzero(np.isfinite(lp) ^ valid)
-        and not np.count_nonzero(np.isnan(lp))  # before exp: a signalling NaN would warn
-        and not np.count_nonzero(valid[:, 1:] > valid[:, :-1])
-        and not np.count_nonzero((s[:, 1:] == s[:, :-1]) & (s[:, 1:] != 0))
-        and _normalized(lp)
-        # ids are distinct per row, so K hits <=> every drafted token is in its support
-        and np.count_nonzero(ids == toks[:, None]) == toks.shape[0]
-    )
+    if int(np.maximum.reduce(ids.view(np.uint32), axis=None)) < vocab:
+        # No padding (every row full, the usual top-k case) and every id in range.
+        ok = (
+            np.count_nonzero(np.isfinite(lp)) == lp.size  # also: no NaN reaches exp
+            and not np.count_nonzero(_adjacent_equal(np.sort(ids, axis=-1)))
+            and _normalized(lp)
+            # ids are distinct per row, so K hits <=> every drafted token is in its support
+            and np.count_nonzero(ids == toks[..., None]) == toks.size
+        )
+    else:
+        u = ids.view(np.uint32) + _ONE  # padding -> 0, valid -> 1..V, anything else > V
+        valid = u != 0
+        s = np.sort(u, axis=-1)  # padding first, then the valid ids ascending
+        ok = (
+            not np.count_nonzero(u > vocab)
+            and not np.count_nonzero(np.isfinite(lp) ^ valid)
+            and not np.count_nonzero(np.isnan(lp))  # before exp: a signalling NaN would warn
+            and not np.count_nonzero(valid[..., 1:] > valid[..., :-1])
+            and not np.count_nonzero(_adjacent_equal(s) & (s[..., 1:] != 0))
+            and _normalized(lp)
+            and np.count_nonzero(ids == toks[..., None]) == toks.size
+        )
     if not ok:
         _diagnose_sparse(toks, ids, lp, vocab)
+
+
+def _adjacent_equal(s: np.ndarray) -> np.ndarray:
+    return s[..., 1:] == s[..., :-1]
 
 
 def _diagnose_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
