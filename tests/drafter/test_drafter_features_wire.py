@@ -1,7 +1,7 @@
 """Context features end to end: target client -> TCP wire -> drafter engine -> model.
 
 The probe model's drafts are the position-weighted sum of the feature codes it
-was given (see probe_model.py), so a draft equal to the sum over the target's
+was given (see drafter_probe.py), so a draft equal to the sum over the target's
 committed history proves every feature row crossed the wire intact and landed
 at its own position: through partial rounds, rejections, and the whole-history
 resend (tokens and features) the client makes after reconnecting.
@@ -13,7 +13,7 @@ import os
 import random
 
 import torch
-from probe_model import ProbeModel, expected_first_draft
+from drafter_probe import ProbeModel, expected_first_draft
 
 from specpair.drafter.engine import DrafterEngine
 from specpair.wire.client import MISSING, DraftClient

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from probe_model import ProbeModel, expected_first_draft
+from drafter_probe import ProbeModel, expected_first_draft
 
 from specpair.draft import DraftMode
 from specpair.drafter.engine import DrafterEngine
