@@ -120,3 +120,13 @@ def test_cli(tmp_path, logits, capsys):
     save_file({"logits": logits}, str(junk))
     assert main(["admission", "kl-probe", str(junk)]) == 1
     assert "malformed probe input refused" in capsys.readouterr().out
+    junk.write_bytes(b"not safetensors")
+    assert main(["admission", "kl-probe", str(junk), "--json"]) == 1
+    assert "malformed probe input refused" in json.loads(capsys.readouterr().out)["reasons"][0]
+    wrong_ids = tmp_path / "ids.safetensors"
+    _probe_file(wrong_ids, logits, params, q_logp, torch.full_like(q_ids, 10**9), 100)
+    assert main(["admission", "kl-probe", str(wrong_ids)]) == 1
+    assert "outside the vocabulary" in capsys.readouterr().out
+    _probe_file(wrong_ids, logits, params, q_logp, q_ids.float(), 100)
+    assert main(["admission", "kl-probe", str(wrong_ids)]) == 1
+    assert "q_ids must be int64" in capsys.readouterr().out

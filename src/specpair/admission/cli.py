@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from specpair.admission.evidence import MalformedEvidence, parse_evidence
 from specpair.admission.kl_probe import KL_MAX, LOG_RATIO_MAX, KlVerdict, kl_probe
@@ -116,7 +116,7 @@ def _kl_probe(args: argparse.Namespace) -> int:
     try:
         logits, params, q_logp, q_ids, dtk = load_kl_input(args.probe)
         v: KlVerdict = kl_probe(logits, params, q_logp, q_ids, dtk)
-    except (OSError, ValueError, AssertionError) as e:
+    except (OSError, ValueError, AssertionError, RuntimeError, SafetensorError) as e:
         return _refused(gate, f"malformed probe input refused: {e}", args.json)
     if args.json:
         out = dataclasses.asdict(v)

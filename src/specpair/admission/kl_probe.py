@@ -59,7 +59,9 @@ def _dense(q_logp: torch.Tensor, q_ids: torch.Tensor | None, v: int) -> torch.Te
     if q_ids is None:
         assert q_logp.shape[-1] == v, f"dense q has width {q_logp.shape[-1]}, vocabulary {v}"
         return q_logp.double()
-    assert q_ids.shape == q_logp.shape, "q_ids must have the shape of q_logp"
+    if q_ids.shape != q_logp.shape or q_ids.dtype != torch.int64:
+        raise ValueError(f"q_ids must be int64 with the shape of q_logp {tuple(q_logp.shape)}; "
+                         f"got {q_ids.dtype} {tuple(q_ids.shape)}")
     out = torch.full((q_logp.shape[0], v + 1), float("-inf"), dtype=torch.float64)
     ids = torch.where(q_ids < 0, v, q_ids)  # padding goes to a scratch column
     if bool((ids > v).any()):
