@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +32,12 @@ __all__ = [
     "sha256_file",
 ]
 
-# The series in a source checkout; images copy overlays/ and pass --overlay.
-DEFAULT_OVERLAY_DIR = Path(__file__).resolve().parents[3] / "overlays" / "vllm" / "0.32.0"
+# The series: $SPECPAIR_OVERLAY_DIR (images copy overlays/vllm/0.32.0 there), else the
+# source checkout's overlays/vllm/0.32.0; --overlay overrides both.
+DEFAULT_OVERLAY_DIR = Path(
+    os.environ.get("SPECPAIR_OVERLAY_DIR")
+    or Path(__file__).resolve().parents[3] / "overlays" / "vllm" / "0.32.0"
+)
 
 
 def sha256_bytes(data: bytes) -> str:

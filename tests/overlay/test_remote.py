@@ -1,0 +1,145 @@
+"""The target-side remote drafter bookkeeping and the V2 draft_logits writer, on tensors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from specpair.draft import DraftMode, propose
+from specpair.proposal import QKind
+from specpair.sampling import SamplingParams
+from specpair.vllm.remote import Drafts, RemoteDrafts, StepRequest, dense_logq
+from specpair.vllm.v2 import merge_invalid_drafts, write_draft_logits
+from specpair.wire.frames import DraftItem, ItemStatus, RequestParams
+
+V, K = 16, 3
+PARAMS = RequestParams(temperature=1.0, top_k=0, top_p=1.0, seed=7)
+
+
+def _ok(item, k=K):
+    logq = torch.log_softmax(torch.randn(k, V, generator=torch.Generator().manual_seed(1)), -1)
+    return DraftItem(item.request_id, ItemStatus.OK, torch.arange(k, dtype=torch.int64),
+                     QKind.DENSE, logq, None)
+
+
+class FakeClient:
+    """Answers by script: 'ok', 'missing', 'resync', 'refused', or 'raise'."""
+
+    def __init__(self, script):
+        self.script, self.batches, self.released = list(script), [], []
+
+    def propose(self, batch, deadline_s):
+        self.batches.append(list(batch))
+        what = self.script.pop(0)
+        if what == "raise":
+            raise ConnectionError("drafter gone")
+        out = []
+        for it in batch:
+            if what == "ok":
+                out.append(_ok(it))
+            elif what == "missing":
+                out.append(object())  # anything but a DraftItem is MISSING
+            else:
+                status = ItemStatus.RESYNC if what == "resync" else ItemStatus.REFUSED
+                out.append(DraftItem(it.request_id, status, torch.zeros(0, dtype=torch.int64),
+                                     QKind.DENSE, None, None))
+        return out
+
+    def release(self, ids):
+        self.released.append(tuple(ids))
+
+
+def _req(tokens, sampled=1, rid="a"):
+    return StepRequest(rid, torch.tensor(tokens, dtype=torch.int64), sampled, K, PARAMS)
+
+
+def test_history_is_sent_incrementally_and_missing_restarts():
+    c = FakeClient(["ok", "ok", "missing", "ok"])
+    r = RemoteDrafts(c, V, 0.1)
+    d = r.step([_req([1, 2, 3])])[0]
+    assert d.tokens.tolist() == [0, 1, 2] and d.logq.shape == (K, V)
+    first = c.batches[0][0]
+    assert first.new_tokens.tolist() == [1, 2, 3] and first.position == 3
+    r.step([_req([1, 2, 3, 0, 1, 9], sampled=3)])  # two drafts accepted + one new token
+    second = c.batches[1][0]
+    assert second.new_tokens.tolist() == [0, 1, 9] and second.num_accepted == 2
+    assert second.request_id == first.request_id
+    d = r.step([_req([1, 2, 3, 0, 1, 9, 4], sampled=1)])[0]
+    assert d.tokens.numel() == 0 and r.counters.missing == 1  # target-only next step
+    assert c.released == [(first.request_id,)]
+    r.step([_req([1, 2, 3, 0, 1, 9, 4, 5])])
+    again = c.batches[3][0]
+    assert again.request_id != first.request_id and again.new_tokens.numel() == 8
+
+
+def test_resync_refused_raise_and_release():
+    c = FakeClient(["resync", "ok", "refused", "raise"])
+    r = RemoteDrafts(c, V, 0.1)
+    assert r.step([_req([1, 2])])[0].tokens.numel() == 0 and r.counters.resync == 1
+    assert r.step([_req([1, 2, 5])])[0].tokens.numel() == K
+    assert c.batches[1][0].new_tokens.tolist() == [1, 2, 5]  # resent whole after RESYNC
+    r.step([_req([1, 2, 5, 6], rid="b"), _req([1, 2, 5, 0, 7], 2)])  # both REFUSED
+    assert r.counters.refused == 2
+    n = len(c.batches)
+    assert r.step([_req([1, 2, 5, 6, 8], rid="b")])[0].tokens.numel() == 0
+    assert len(c.batches) == n  # a refused request is not asked again
+    out = r.step([_req([4, 4], rid="c")])  # the client raises: MISSING, no crash
+    assert out[0].tokens.numel() == 0 and r.counters.missing == 1
+    r.forget(set())
+    assert len(c.released[-1]) == 3
+
+
+def test_dense_logq_agrees_with_the_core_proposal():
+    g = torch.Generator().manual_seed(3)
+    params = SamplingParams.make(2, temperature=0.8, top_k=5, top_p=1.0, seed=11)
+    logits = torch.randn(2, V, generator=g)
+    prop = propose(logits, lambda d, k: torch.randn(2, V, generator=g), params,
+                   torch.tensor([4, 9]), K, DraftMode.SAMPLED, 0)
+    want = prop.normalized_logq().float() if prop.kind == QKind.DENSE else None
+    for b in range(2):
+        if prop.kind == QKind.SPARSE:
+            item = DraftItem(b, ItemStatus.OK, prop.tokens[b], QKind.SPARSE,
+                             prop.q_logp[b], prop.q_ids[b])
+        else:
+            item = DraftItem(b, ItemStatus.OK, prop.tokens[b], QKind.DENSE, prop.q_logp[b], None)
+        lq = dense_logq(item, V + 4)  # padded to a larger target vocabulary
+        assert torch.allclose(lq.exp().sum(-1), torch.ones(K))
+        assert torch.isinf(lq[:, V:]).all()
+        at = lq.gather(1, prop.tokens[b].view(K, 1)).squeeze(1).double()
+        assert torch.allclose(at, prop.draft_logq()[b], atol=1e-5)
+        assert (torch.isfinite(lq).sum(-1) <= (5 if prop.kind == QKind.SPARSE else V)).all()
+        if want is not None:
+            assert torch.allclose(lq[:, :V], want[b], atol=1e-6)
+    pm = DraftItem(0, ItemStatus.OK, torch.tensor([3, 1, 2]), QKind.POINT_MASS, None, None)
+    lq = dense_logq(pm, V)
+    assert lq.exp()[torch.arange(3), torch.tensor([3, 1, 2])].eq(1).all()
+
+
+def test_write_draft_logits_stores_t_log_q_and_clears_stale_rows():
+    buf = torch.zeros(6, K, V)  # stale garbage everywhere
+    lq = torch.log_softmax(torch.randn(K, V), -1)
+    lq[:, :4] = float("-inf")  # a truncated law, renormalized as dense_logq returns it
+    lq = lq - torch.logsumexp(lq, -1, keepdim=True)
+    drafts = [Drafts(torch.tensor([5, 6, 7]), lq), Drafts(torch.zeros(0, dtype=torch.int64), None),
+              Drafts(torch.tensor([8, 9, 10]), lq)]
+    tokens = write_draft_logits(buf, [4, 1, 2], drafts, [0.5, 1.0, 0.0])
+    assert tokens.tolist() == [[5, 6, 7], [0, 0, 0], [8, 9, 10]]
+    # what the verifier reads: draft_logits / T, softmaxed -> exactly q
+    assert torch.allclose(torch.softmax(buf[4] / 0.5, -1), lq.exp(), atol=1e-6)
+    assert torch.isinf(buf[4, :, :4]).all()
+    assert torch.isneginf(buf[1]).all() and torch.isneginf(buf[2]).all()  # MISSING / greedy
+    assert (buf[0] == 0).all()  # rows of requests not in the step are left alone
+
+
+def test_merge_invalid_drafts_marks_rows_beyond_the_valid_drafts():
+    spec = SimpleNamespace(num_valid=torch.tensor([3, 0, 1], dtype=torch.int32))
+    # two requests (state rows 1 and 2), K=3: logits rows at local positions 0..3 each
+    batch = SimpleNamespace(expanded_idx_mapping=torch.tensor([1] * 4 + [2] * 4),
+                            expanded_local_pos=torch.tensor([0, 1, 2, 3] * 2))
+    mask = merge_invalid_drafts(spec, batch, None)
+    assert mask.tolist() == [False, True, True, True, False, False, True, True]
+    grammar = torch.tensor([False] * 7 + [True])
+    assert merge_invalid_drafts(spec, batch, grammar)[7]
+    spec.num_valid[:] = 3
+    assert merge_invalid_drafts(spec, batch, None) is None

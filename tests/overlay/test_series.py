@@ -1,0 +1,126 @@
+"""The patch series against the real pinned wheels: hashes, apply, re-apply, drift, restore."""
+
+from __future__ import annotations
+
+import json
+import py_compile
+
+import pytest
+from overlay_sites import mini_site, snapshot
+
+from specpair.cli import main
+from specpair.vllm import overlay
+from specpair.vllm.errors import BadExclusion, BaseDrift, ResultMismatch, WrongVllm
+from specpair.vllm.manifest import sha256_file
+
+VARIANTS = ("cuda", "cpu")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_base_hashes_match_the_pinned_wheel(manifest, unpacked, variant):
+    site = unpacked[variant]
+    assert overlay.detect_variant(site, manifest) == variant
+    for path, entry in manifest.files.items():
+        assert sha256_file(site / path) == entry.base[variant], path
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_apply_matches_every_result_hash_and_compiles(manifest, unpacked, variant, tmp_path):
+    site = mini_site(manifest, unpacked[variant], tmp_path)
+    att, changed = overlay.apply(site, manifest)
+    assert changed and att.variant == variant and att.applied == manifest.patch_ids
+    for path, entry in manifest.files.items():
+        assert sha256_file(site / path) == entry.result[variant], path
+        assert att.files[path] == {"base": entry.base[variant], "result": entry.result[variant]}
+        py_compile.compile(str(site / path), cfile=str(tmp_path / "x.pyc"), doraise=True)
+    st = overlay.verify(site, manifest)
+    assert st.state == "applied" and set(st.files.values()) == {"result"}
+    raw = json.loads(overlay.attestation_path(site).read_text())
+    assert raw["overlay_id"] == manifest.overlay_id and raw["vllm_version"] == "0.32.0"
+    assert raw["specpair_version"] and raw["excluded"] == []
+    # re-applying is a no-op that says so
+    before = snapshot(site)
+    att2, changed2 = overlay.apply(site, manifest)
+    assert not changed2 and att2 == att and snapshot(site) == before
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_changed_base_byte_is_refused_touching_nothing(manifest, unpacked, variant, tmp_path):
+    site = mini_site(manifest, unpacked[variant], tmp_path)
+    victim = "vllm/v1/worker/gpu/model_runner.py"
+    data = bytearray((site / victim).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (site / victim).write_bytes(bytes(data))
+    before = snapshot(site)
+    with pytest.raises(BaseDrift) as err:
+        overlay.apply(site, manifest)
+    msg = str(err.value)
+    assert victim in msg and manifest.files[victim].base[variant] in msg
+    assert sha256_file(site / victim) in msg
+    assert snapshot(site) == before  # nothing written, no attestation
+    assert overlay.status(site, manifest).state == "drifted"
+
+
+def test_verify_catches_a_tampered_result(manifest, unpacked, tmp_path):
+    site = mini_site(manifest, unpacked["cpu"], tmp_path)
+    overlay.apply(site, manifest)
+    p = site / "vllm/utils/cpu_triton_utils.py"
+    p.write_text(p.read_text() + "\n# tampered\n")
+    with pytest.raises(ResultMismatch, match="cpu_triton_utils.py"):
+        overlay.verify(site, manifest)
+
+
+def test_exclusion_is_recorded_and_checked(manifest, unpacked, tmp_path):
+    site = mini_site(manifest, unpacked["cpu"], tmp_path)
+    att, changed = overlay.apply(site, manifest, exclude=("0003",))
+    assert changed and att.excluded == ("0003",) and "0003" not in att.applied
+    f = "vllm/utils/cpu_triton_utils.py"
+    assert sha256_file(site / f) == manifest.files[f].base["cpu"] == att.files[f]["result"]
+    assert overlay.verify(site, manifest).state == "applied"
+    with pytest.raises(Exception, match="already carries"):
+        overlay.apply(site, manifest)  # the full series needs a fresh vLLM
+    with pytest.raises(BadExclusion, match="unknown"):
+        overlay.apply(site, manifest, exclude=("0999",))
+
+
+def test_unknown_vllm_build_is_refused(manifest, unpacked, tmp_path):
+    site = mini_site(manifest, unpacked["cpu"], tmp_path)
+    (site / "vllm/_version.py").write_text("__version__ = version = '0.31.9'\n")
+    with pytest.raises(WrongVllm, match="0.31.9"):
+        overlay.apply(site, manifest)
+    with pytest.raises(WrongVllm, match="no vllm package"):
+        overlay.apply(tmp_path / "empty", manifest)
+
+
+def test_failure_while_writing_restores_the_tree(manifest, unpacked, tmp_path, monkeypatch):
+    site = mini_site(manifest, unpacked["cuda"], tmp_path)
+    before = snapshot(site)
+
+    def boom(*a, **k):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(overlay.py_compile, "compile", boom)
+    with pytest.raises(OSError, match="simulated"):
+        overlay.apply(site, manifest)
+    after = {k: v for k, v in snapshot(site).items() if "__pycache__" not in k}
+    assert after == before and not overlay.attestation_path(site).exists()
+    assert overlay.status(site, manifest).state == "clean"
+
+
+def test_cli_apply_verify_status_json(manifest, unpacked, tmp_path, capsys):
+    site = mini_site(manifest, unpacked["cpu"], tmp_path)
+    sp = ["--site-packages", str(site), "--json"]
+    assert main(["overlay", "status", *sp]) == 0
+    assert json.loads(capsys.readouterr().out)["status"]["state"] == "clean"
+    assert main(["overlay", "verify", *sp]) == 1
+    assert json.loads(capsys.readouterr().out)["error"] == "ResultMismatch"
+    assert main(["overlay", "apply", *sp]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["changed"] and out["attestation_path"].endswith("vllm/SPECPAIR_OVERLAY.json")
+    assert main(["overlay", "apply", *sp]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] is False
+    assert main(["overlay", "verify", *sp]) == 0
+    capsys.readouterr()
+    (site / "vllm/config/vllm.py").write_text("x = 1\n")
+    assert main(["overlay", "verify", *sp]) == 1
+    assert "vllm/config/vllm.py" in capsys.readouterr().out
