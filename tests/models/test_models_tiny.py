@@ -54,6 +54,11 @@ def test_cli_writes_the_pair_and_reports_json(tmp_path: Path, capsys) -> None:
     assert out == {"target": str(tmp_path / "target"), "draft": str(tmp_path / "draft"), "seed": 3}
     with pytest.raises(SystemExit, match="exists"):
         args.func(args)
+    args = parser.parse_args(["models", "make-tiny", "--out", str(tmp_path / "x"), "--seed",
+                              "-1"])
+    with pytest.raises(SystemExit, match=r"seed must lie in \[0, 2\*\*63\)"):
+        args.func(args)
+    assert not (tmp_path / "x").exists()  # nothing half-written
 
 
 def test_loads_offline_with_shared_tokenizer(tiny_pair: TinyPair) -> None:

@@ -27,11 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
-    if args.seed < 0:
-        raise SystemExit(f"specpair models make-tiny: --seed must be >= 0, got {args.seed}")
     try:
         pair = make_tiny(args.out, TinySpec(seed=args.seed), force=args.force)
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         raise SystemExit(f"specpair models make-tiny: {e}") from None
     if args.json:
         print(json.dumps({"target": str(pair.target), "draft": str(pair.draft), "seed": args.seed}))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +154,8 @@ def _write_model(directory: Path, config: dict, tensors: dict[str, torch.Tensor]
 
 def make_tiny(out: Path, spec: TinySpec = TinySpec(), *, force: bool = False) -> TinyPair:  # noqa: B008
     """Write ``out/target`` and ``out/draft``; refuses to overwrite unless ``force``."""
+    if not 0 <= spec.seed < 2**63:
+        raise ValueError(f"seed must lie in [0, 2**63), got {spec.seed}")
     if not 0 < spec.draft_layers < spec.target_layers:
         raise ValueError(f"need 0 < draft_layers < target_layers, got "
                          f"{spec.draft_layers} and {spec.target_layers}")
@@ -166,6 +169,13 @@ def make_tiny(out: Path, spec: TinySpec = TinySpec(), *, force: bool = False) ->
     full = weights(spec)
     keep = {n: t for n, t in full.items()
             if not n.startswith("model.layers.") or int(n.split(".")[2]) < spec.draft_layers}
-    _write_model(pair.target, target_config(spec, spec.target_layers), full)
-    _write_model(pair.draft, target_config(spec, spec.draft_layers), keep)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".make-tiny-", dir=out))  # nothing half-written
+    try:
+        _write_model(staging / "target", target_config(spec, spec.target_layers), full)
+        _write_model(staging / "draft", target_config(spec, spec.draft_layers), keep)
+        (staging / "target").rename(pair.target)
+        (staging / "draft").rename(pair.draft)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return pair
