@@ -120,15 +120,22 @@ def run_playbook(playbook: str, inventory: Path, extravars: dict[str, Any], *,
         private_data_dir=str(run_dir), project_dir=str(root),
         playbook=str(root / "playbooks" / playbook), inventory=str(inventory),
         extravars=extravars, cmdline=" ".join(flags) or None, ident="runner", quiet=True,
-        envvars={"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        envvars={"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 # ansible-playbook from this interpreter's environment, activated or not
+                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
         event_handler=on_event or progress,
     )
     elapsed = time.monotonic() - t0
     stats = _stats(r.stats or {})
     summary_path = run_dir / "reports" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    failures = progress.failures
+    if r.rc != 0 and not failures:  # ansible-playbook never ran tasks: say why
+        stdout = run_dir / "artifacts" / "runner" / "stdout"
+        tail = stdout.read_text().strip().splitlines()[-3:] if stdout.is_file() else []
+        failures = [" ".join(tail) or f"ansible-playbook exited {r.rc}"]
     return RunResult(playbook=f"playbooks/{playbook}", status=str(r.status), rc=int(r.rc),
-                     run_dir=run_dir, stats=stats, failures=progress.failures,
+                     run_dir=run_dir, stats=stats, failures=failures,
                      summary=summary, elapsed_s=elapsed)
 
 
