@@ -23,10 +23,18 @@ def block_end(buf, off: int, nbytes: int, end: int, what: str) -> int:
     return nxt
 
 
-def view(buf, off: int, dtype: np.dtype, count: int, end: int, what: str) -> tuple[np.ndarray, int]:
-    """A read-only numpy view of ``count`` items at ``off``; and the next block's offset."""
-    nxt = block_end(buf, off, count * dtype.itemsize, end, what)
-    return np.frombuffer(buf, dtype, count, off), nxt
+def view(buf, off: int, dtype: np.dtype, count: int, end: int, what: str,
+         shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, int]:
+    """A read-only numpy view of ``count`` items at ``off`` (reshaped to ``shape``);
+    and the next block's offset."""
+    stop = off + count * dtype.itemsize
+    nxt = stop + (-stop % 8)
+    if nxt > end:
+        raise Truncated(f"{what} needs bytes [{off}, {nxt}) but the frame ends at {end}")
+    if nxt != stop and buf[stop:nxt] != ZERO8[: nxt - stop]:
+        raise NonZeroPadding(f"padding after {what} at [{stop}, {nxt}) is not zero")
+    a = np.frombuffer(buf, dtype, count, off)
+    return (a if shape is None else a.reshape(shape)), nxt
 
 
 def append_block(parts: list[bytes], data: bytes) -> None:

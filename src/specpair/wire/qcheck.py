@@ -20,7 +20,7 @@ from specpair.wire.errors import (
 )
 from specpair.wire.format import NORM_TOLERANCE
 
-__all__ = ["check_tokens", "check_sparse", "check_dense"]
+__all__ = ["check_tokens", "check_sparse", "sparse_ok", "check_dense"]
 
 _ONE = np.uint32(1)
 _LOG_CAP = np.float32(1.0)
@@ -40,11 +40,17 @@ def _mass(lp: np.ndarray) -> np.ndarray:
 
 
 def _normalized(lp: np.ndarray) -> bool:
-    return all(abs(t - 1.0) <= NORM_TOLERANCE for t in _mass(lp).tolist())  # False for NaN
+    return all(abs(t - 1.0) <= NORM_TOLERANCE for t in _mass(lp).ravel().tolist())  # NaN: no
 
 
 def check_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
     """toks [K] int32, ids [K, S] int32 (-1 pad), lp [K, S] fp32 log q."""
+    if not sparse_ok(toks, ids, lp, vocab):
+        _diagnose_sparse(toks, ids, lp, vocab)
+
+
+def sparse_ok(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> bool:
+    """The fast path of ``check_sparse``, for any leading batch dims: [..., K], [..., K, S]."""
     if int(np.maximum.reduce(ids.view(np.uint32), axis=None)) < vocab:
         # No padding (every row full, the usual top-k case) and every id in range.
         ok = (
@@ -67,8 +73,7 @@ def check_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) 
             and _normalized(lp)
             and np.count_nonzero(ids == toks[..., None]) == toks.size
         )
-    if not ok:
-        _diagnose_sparse(toks, ids, lp, vocab)
+    return ok
 
 
 def _adjacent_equal(s: np.ndarray) -> np.ndarray:
