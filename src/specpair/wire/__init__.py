@@ -1,1 +1,15 @@
-"""The probability wire: frames, byte format (docs/wire.md), transport and client."""
+"""The probability wire: frames, byte format (docs/wire.md), transport and client.
+
+Modules, one job each:
+
+- ``frames``: the in-memory frames (frozen dataclasses).
+- ``format``, ``blocks``, ``codec``, ``codec_propose``, ``codec_proposal``, ``qcheck``:
+  the byte format; ``codec.encode`` / ``codec.decode``.
+- ``errors``: one exception class per failure, all ``WireError`` (``SpecpairError``).
+- ``auth``: pre-shared key and HMAC challenge-response.
+- ``server``: the drafter side, ``serve(handler, hello, host, port, key=...)``.
+- ``conn``, ``history``, ``client``: the target side, ``DraftClient.propose(items, deadline_s)``.
+- ``assemble``: ``to_proposal`` turns a round's answers into a core ``Proposal``.
+- ``loopback``: a trivial exact drafter for tests, the self-test and the bench.
+- ``selftest``: the quick in-image self-test (tests/gates/test_wire_selftest.py).
+"""
