@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -61,6 +62,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return _run(args)
     except (BadKey, ModelLoadError, ValueError, OSError) as e:

@@ -28,6 +28,7 @@ draft does not depend on how many follow it).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -48,6 +49,8 @@ __all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT"]
 
 WIRE_MAX_SUPPORT = 65_536  # docs/wire.md §5: larger truncated laws travel DENSE
 _MAX_POSITION = 2**32 - 1  # noise counters hold 32-bit positions (specpair.rng)
+
+log = logging.getLogger("specpair.drafter")
 
 
 @dataclass
@@ -149,7 +152,9 @@ class DrafterEngine:
     def _apply(self, item: ProposeItem) -> tuple[ItemStatus, _State | None, int]:
         """Fold the item into the request's state; (status, state, disagreement 0/1)."""
         rid = item.request_id
-        if self._refusal(item) is not None:
+        why = self._refusal(item)
+        if why is not None:
+            log.warning("request %d refused: %s", rid, why)
             self._states.pop(rid, None)  # its history is now incomplete: RESYNC next time
             return ItemStatus.REFUSED, None, 0
         new = item.new_tokens.tolist()
