@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from specpair.replay.compute import Comparison, ReplayResult, replay
-from specpair.replay.format import ReplayFormatError, load_recording
+from specpair.replay.format import ReplayFormatError, load_recording, save_recording
 
 __all__ = ["add_parser", "format_table"]
 
@@ -34,6 +34,17 @@ def add_parser(sub: Any) -> None:
                         "TRIALS times per round")
     p.add_argument("--plot", metavar="PNG", help="write acceptance by position to this PNG")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    rec = p.add_argument_group(
+        "recording", "write FILE first from a local model pair (teacher-forced on sequences "
+                     "sampled from the target), then replay it")
+    rec.add_argument("--from-models", nargs=2, metavar=("TARGET_DIR", "DRAFT_DIR"),
+                     help="HF causal-LM directories sharing a vocabulary")
+    rec.add_argument("--prompts", type=int, default=16, help="sequences (default %(default)s)")
+    rec.add_argument("--tokens", type=int, default=64,
+                     help="tokens sampled per sequence (default %(default)s)")
+    rec.add_argument("--temperature", type=float, default=1.0, help="default %(default)s")
+    rec.add_argument("--top-k", type=int, default=0, help="default %(default)s (none)")
+    rec.add_argument("--top-p", type=float, default=1.0, help="default %(default)s (none)")
     p.set_defaults(func=run)
 
 
@@ -65,8 +76,23 @@ def format_table(r: ReplayResult, source: str) -> str:
     return "\n".join(lines)
 
 
+def _record(args: argparse.Namespace) -> None:
+    from specpair.replay.record import record_from_models
+
+    if args.depth is None:
+        raise ValueError("--from-models needs --depth K")
+    rec = record_from_models(*args.from_models, prompts=args.prompts, tokens=args.tokens,
+                             depth=args.depth, temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, seed=args.seed)
+    save_recording(args.recording, rec)
+    print(f"recorded {rec.rounds} rounds of depth {rec.depth} to {args.recording}",
+          file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.from_models:
+            _record(args)
         rec = load_recording(args.recording)
         result = replay(rec, args.depth, args.bootstrap, args.seed, args.monte_carlo)
     except (ReplayFormatError, ValueError) as e:
