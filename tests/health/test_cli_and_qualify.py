@@ -29,7 +29,7 @@ def _nvml_present() -> bool:
     return True
 
 
-def test_no_nvml_exits_3_with_one_line():
+def test_no_nvml_exits_3_with_one_line(capsys):
     if _nvml_present():
         pytest.skip("NVML works on this machine: the exit-3 path needs a host without it")
     out = subprocess.run([sys.executable, "-m", "specpair", "health"], capture_output=True,
@@ -38,6 +38,8 @@ def test_no_nvml_exits_3_with_one_line():
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specpair health: cannot probe: "), lines
+    assert main(["health", "--json", "--watch", "0"]) == 3
+    assert json.loads(capsys.readouterr().out)["status"] == "cannot_probe"
 
 
 @pytest.mark.parametrize("name, code", [

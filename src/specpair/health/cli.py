@@ -180,6 +180,9 @@ def run(args: argparse.Namespace) -> int:
         a = evaluate(report, policy, args.role)
     except CannotProbe as e:
         print(f"specpair health: cannot probe: {e}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"status": "cannot_probe", "exit_code": EXIT_CANNOT_PROBE,
+                              "reason": str(e)}))
         return EXIT_CANNOT_PROBE
     except (PolicyError, SnapshotError, ReportError) as e:
         print(f"specpair health: bad input: {e}", file=sys.stderr)
