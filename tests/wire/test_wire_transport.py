@@ -275,7 +275,22 @@ def test_bad_batches_raise_and_change_nothing(pair):
         c.propose([item(1, [1], 1), item(1, [1], 1)], 1.0)
     with pytest.raises(E.TokenLimit):
         c.propose([item(1, [1], 1), item(2, [1], 5)], 1.0)  # position does not follow
+    with pytest.raises(E.TokenOutOfRange):
+        c.propose([item(1, [1], 1), item(2, [V], 1)], 1.0)  # the drafter would refuse it
+    with pytest.raises(E.BadParams):
+        c.propose([item(1, [1], 1), ProposeItem(2, torch.tensor([1]), 0, 1, 3,
+                                                RequestParams(-1.0, 0, 1.0, 0), None)], 1.0)
     assert len(c._history) == 0
+
+
+def test_depth_beyond_the_drafter_is_missing_locally(pair):
+    drafter, srv, c = pair
+    out = c.propose([item(1, [1, 2], 2, depth=3), item(2, [3], 1, depth=9)], 5.0)
+    assert isinstance(out[0], DraftItem) and out[1] is MISSING
+    assert c.missing[MissingReason.REFUSED] == 1 and srv.server.stats.malformed == 0
+    out = c.propose([item(1, [4], 3), item(2, [5], 2, depth=2)], 5.0)
+    assert all(isinstance(d, DraftItem) for d in out)  # request 2 went whole, once served
+    assert drafter.lengths == {1: 3, 2: 2}
 
 
 DRAFTER = textwrap.dedent("""

@@ -31,6 +31,7 @@ import torch
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.wire.codec import encode
+from specpair.wire.codec_propose import check_counts, check_params
 from specpair.wire.conn import Connection
 from specpair.wire.errors import (
     AuthFailed,
@@ -41,9 +42,10 @@ from specpair.wire.errors import (
     FeatureMismatch,
     HelloMismatch,
     PeerError,
+    TokenOutOfRange,
     WireError,
 )
-from specpair.wire.format import LIMITS, Limits
+from specpair.wire.format import LIMITS, Limits, check_u64
 from specpair.wire.frames import (
     DraftItem,
     FeatureSpec,
@@ -201,9 +203,25 @@ class DraftClient:
             return []
         if not self._ensure(deadline):
             return self._all_missing(batch, MissingReason.DISCONNECTED)
+        out: dict[int, DraftItem | Missing] = {}
+        send = []
+        for it in batch:  # deeper than the drafter serves: it would refuse the whole frame
+            if it.depth > self._conn.hello.max_depth:
+                self._history.mark_stale(it.request_id)
+                self.missing[MissingReason.REFUSED] += 1
+                out[it.request_id] = MISSING
+            else:
+                send.append(it)
+        if send:
+            out.update(zip((it.request_id for it in send), self._round_trip(send, deadline),
+                           strict=True))
+        return [out[rid] for rid in ids]
+
+    def _round_trip(self, batch: list[ProposeItem],
+                    deadline: float) -> list[DraftItem | Missing]:
         self._round += 1
         frame = Propose(self._round, tuple(self._wire_item(it) for it in batch))
-        data = encode(frame, self.limits)  # a bad batch is the caller's bug: it raises
+        data = encode(frame, self.limits)  # checked in _check_item: does not raise
         try:
             self._conn.send(data, deadline)
         except WireError as exc:  # a partial send leaves the stream unusable
@@ -211,15 +229,26 @@ class DraftClient:
             late = isinstance(exc, DeadlineExceeded)
             return self._all_missing(batch, MissingReason.LATE if late
                                      else MissingReason.DISCONNECTED)
-        self._history.sent(ids)
+        self._history.sent(it.request_id for it in batch)
         answer = self._await(frame.round_id, deadline, batch)
         if isinstance(answer, MissingReason):
             return self._all_missing(batch, answer)
         return self._match(batch, answer)
 
     def _check_item(self, it: ProposeItem) -> None:
+        """Everything the encoder or the drafter's decoder would refuse is the caller's bug:
+        raise here, before anything changes, rather than lose the connection later."""
+        rid = it.request_id
+        check_u64(rid, "request_id")
         if it.new_tokens.dtype != torch.int64 or it.new_tokens.ndim != 1:
-            raise BadShape(f"request {it.request_id}: new_tokens must be [n] int64")
+            raise BadShape(f"request {rid}: new_tokens must be [n] int64")
+        check_counts(rid, it.new_tokens.shape[0], it.position, it.depth, it.num_accepted,
+                     self.limits, self.limits.depth)
+        check_params(rid, it.params)
+        toks = it.new_tokens.tolist()
+        if min(toks) < 0 or max(toks) >= self.vocab_size or it.num_accepted < 0:
+            raise TokenOutOfRange(f"request {rid}: new tokens must lie in [0, "
+                                  f"{self.vocab_size}) and num_accepted be >= 0")
         self._history.check(it)
         spec = self.features
         f = it.features

@@ -28,7 +28,7 @@ from specpair.wire.format import DTYPE_CODES, HEADER, Limits, check_u64, dtype_c
 from specpair.wire.frames import Hello, Propose, ProposeItem, RequestParams
 from specpair.wire.qcheck import check_tokens
 
-__all__ = ["encode_propose", "decode_propose"]
+__all__ = ["encode_propose", "decode_propose", "check_params", "check_counts"]
 
 _BODY = struct.Struct("<QII")  # round_id, n_items, reserved
 # request_id, position, n_new, num_accepted, depth, feature_dtype, reserved, feature_width,
@@ -39,7 +39,8 @@ _I64_MAX = (1 << 63) - 1
 _F32_MAX = 3.4028234663852886e38
 
 
-def _check_params(rid: int, p: RequestParams) -> None:
+def check_params(rid: int, p: RequestParams) -> None:
+    """Raise BadParams unless the request's sampling params are in range."""
     if not (math.isfinite(p.temperature) and 0 <= p.temperature <= _F32_MAX):
         raise BadParams(f"request {rid}: temperature {p.temperature} must be finite and >= 0")
     if not 0 < p.top_p <= 1:  # False for NaN
@@ -50,8 +51,9 @@ def _check_params(rid: int, p: RequestParams) -> None:
         raise BadParams(f"request {rid}: seed {p.seed} must fit in a signed 64-bit integer")
 
 
-def _check_counts(rid: int, n_new: int, position: int, depth: int, accepted: int,
+def check_counts(rid: int, n_new: int, position: int, depth: int, accepted: int,
                   limits: Limits, max_depth: int) -> None:
+    """Raise TokenLimit / DepthLimit unless an item's counts are in range."""
     if not 1 <= n_new <= limits.new_tokens:
         raise TokenLimit(f"request {rid}: {n_new} new tokens; an item holds 1..{limits.new_tokens}")
     if not n_new <= position <= _I64_MAX:
@@ -68,11 +70,11 @@ def _encode_item(it: ProposeItem, parts: list[bytes], limits: Limits) -> None:
     if t.dtype != torch.int64 or t.ndim != 1:
         raise BadShape(f"request {it.request_id}: new_tokens must be [n] int64")
     n = t.shape[0]
-    _check_counts(it.request_id, n, it.position, it.depth, it.num_accepted, limits, limits.depth)
+    check_counts(it.request_id, n, it.position, it.depth, it.num_accepted, limits, limits.depth)
     if it.num_accepted < 0:
         raise DepthLimit(f"request {it.request_id}: num_accepted must be >= 0")
     check_u64(it.request_id, "request_id")
-    _check_params(it.request_id, it.params)
+    check_params(it.request_id, it.params)
     a = t.detach().cpu().numpy()
     a32 = a.astype(_I32)
     if np.count_nonzero(a32 != a) or int(a32.min()) < 0:
@@ -139,9 +141,9 @@ def _decode_item(buf, off: int, end: int, hello: Hello, limits: Limits) -> tuple
     off += _ITEM.size
     if reserved:
         raise NonZeroReserved(f"request {rid}: reserved item field is not zero")
-    _check_counts(rid, n, pos, depth, acc, limits, min(limits.depth, hello.max_depth))
+    check_counts(rid, n, pos, depth, acc, limits, min(limits.depth, hello.max_depth))
     params = RequestParams(temperature=temp, top_k=top_k, top_p=top_p, seed=seed)
-    _check_params(rid, params)
+    check_params(rid, params)
     if (code == 0) != (width == 0):
         raise BadShape(f"request {rid}: feature dtype {code} and width {width} must both be "
                        "0 or both be set")
