@@ -130,8 +130,8 @@ def truncated_law(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse form of the processed law, for rows that are truncated or greedy.
 
-    logits: [B, V]. Returns (log q [B, S] fp32, ids [B, S] int64), sorted by
-    descending probability, padded with (-inf, -1) after each row's support.
+    logits: [B, V]. Returns (log q [B, S] fp32, ids [B, S] int64), in ascending
+    id order, padded with (-inf, -1) after each row's support.
     Greedy rows are the point mass at ``logits.argmax``.
     """
     assert bool((params.truncated() | params.greedy).all()), "rows must be truncated or greedy"
@@ -149,8 +149,13 @@ def truncated_law(
         vals[greedy] = float("-inf")
         vals[greedy, 0] = 0.0
         ids[greedy, 0] = logits[greedy].argmax(dim=-1)
-    ids = torch.where(torch.isfinite(vals), ids, -1)
-    return torch.log_softmax(vals, dim=-1), ids
+    # Canonical order: ascending token id, padding last. An inverse-CDF draw over
+    # the support then walks the vocabulary in the same order as a draw over the
+    # dense row, so a request's token never depends on its batch's encoding.
+    valid = torch.isfinite(vals)
+    order = torch.where(valid, ids, v).argsort(dim=-1)
+    ids = torch.where(valid, ids, -1).gather(1, order)
+    return torch.log_softmax(vals.gather(1, order), dim=-1), ids
 
 
 def _scaled(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

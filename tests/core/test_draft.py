@@ -109,3 +109,18 @@ def test_draws_follow_q():
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="depth"):
         _propose(_table(0, 1, 4), SamplingParams.make(1), torch.tensor([0]), 0)
+
+
+def test_a_request_draws_the_same_token_whatever_its_batch_encoding():
+    v = 3000
+    table = _table(11, 2, v, b=2)
+    truncated = SamplingParams.make(1, 0.8, top_k=50, seed=[42])
+    alone = _propose(table[:1], truncated, torch.tensor([7]), 2)
+    assert alone.kind == QKind.SPARSE
+    # the same request beside an untruncated one: the batch ships DENSE
+    mixed = SamplingParams(
+        temperature=torch.tensor([0.8, 1.0]), top_k=torch.tensor([50, 0]),
+        top_p=torch.tensor([1.0, 1.0]), seed=torch.tensor([42, 43]))
+    both = propose(table[:, 0], lambda d, k: table[:, k], mixed, torch.tensor([7, 7]), 2)
+    assert both.kind == QKind.DENSE
+    assert torch.equal(both.tokens[0], alone.tokens[0])
