@@ -179,6 +179,21 @@ def test_late_answer_is_missing_within_the_deadline_then_skipped():
         assert isinstance(out[0], DraftItem) and c.late_answers == 1
 
 
+def test_many_late_rounds_stay_in_order_through_the_bounded_queue():
+    hello = trivial_hello(V)
+    drafter = TrivialDrafter(hello, delay_s=0.15)
+    with ServerThread(drafter, hello, KEY, queue_depth=1) as srv, client(srv.port) as c:
+        c.connect()
+        for pos in (2, 3, 4):  # each round late; the drafter still applies every history
+            assert c.propose([item(1, list(range(pos)) if pos == 2 else [pos], pos)],
+                             deadline_s=0.01) == [MISSING]
+        drafter.delay_s = 0.0
+        out = c.propose([item(1, [5], 5)], deadline_s=5.0)
+        assert isinstance(out[0], DraftItem) and c.late_answers == 3
+        assert drafter.lengths[1] == 5 and drafter.full_resends == 1
+        assert c.missing[MissingReason.LATE] == 3
+
+
 def test_unreachable_drafter_returns_at_once_and_backs_off():
     port = socket.create_server(("127.0.0.1", 0))
     free = port.getsockname()[1]
