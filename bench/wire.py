@@ -2,9 +2,11 @@
 
 V = 129280, K = 5. SPARSE top-64 (the law truncated to 64 ids, what the drafter
 ships with draft_top_k = 64) against DENSE fp32 over the whole vocabulary.
-Codec times are the median of single encode+decode calls (each timed alone, so
-a preemption on this shared machine spoils one sample, not the median), SPARSE
-and DENSE sampled round-robin in the same loop, divided by B. The loopback round
+Codec times, per request-round (divided by B): the median of single
+encode+decode calls on the wall clock (each call timed alone, so a preemption
+on this shared machine spoils one sample, not the median), and the thread CPU
+time per call (what the call costs when other processes take the cores away
+mid-call). SPARSE and DENSE are sampled round-robin in the same loop. The loopback round
 trip is DraftClient.propose against a WireServer on 127.0.0.1 whose handler
 returns a prepared answer (so it measures the wire, not a model): p50 and p99
 over the rounds. Targets (issue 3): SPARSE <= 3 KB and <= 20 us encode+decode
@@ -49,20 +51,23 @@ def _items(b: int) -> dict[str, list[DraftItem]]:
     return {"SPARSE top-64": sparse, "DENSE fp32": dense}
 
 
-def _codec(b: int) -> dict[str, tuple[int, float]]:
-    """name -> (bytes per request-round, us encode+decode per request-round)."""
+def _codec(b: int) -> dict[str, tuple[int, float, float]]:
+    """name -> (bytes, us encode+decode wall median, us CPU time; per request-round)."""
     hello = replace(trivial_hello(V, support=TOP), q_encodings=(QKind.SPARSE, QKind.DENSE))
     frames = {k: ProposalFrame(1, tuple(v)) for k, v in _items(b).items()}
     reps = {"SPARSE top-64": 200, "DENSE fp32": 1}
     samples: dict[str, list[float]] = {k: [] for k in frames}
+    cpu: dict[str, list[float]] = {k: [] for k in frames}
     for _ in range(25):  # round-robin; each call timed alone, so a preemption spoils one sample
         for name, frame in frames.items():
+            c = time.thread_time()
             for _ in range(reps[name]):
                 t = time.perf_counter()
                 decode(encode(frame), hello)
                 samples[name].append(time.perf_counter() - t)
-    return {k: (len(encode(f)) / b, statistics.median(samples[k]) / b * 1e6)
-            for k, f in frames.items()}
+            cpu[name].append((time.thread_time() - c) / reps[name])
+    return {k: (len(encode(f)) / b, statistics.median(samples[k]) / b * 1e6,
+                statistics.median(cpu[k]) / b * 1e6) for k, f in frames.items()}
 
 
 class _Prepared:
@@ -101,18 +106,19 @@ def _loopback(b: int, kind: str, items: list[DraftItem], rounds: int) -> tuple[f
 
 def main() -> None:
     print(f"\n## Probability wire per request-round (V={V}, K={K})\n")
-    print("| B | q encoding | bytes/request-round | encode+decode us/request-round "
-          "| loopback p50 ms | loopback p99 ms |")
-    print("|---|---|---|---|---|---|")
+    print("| B | q encoding | bytes/request-round | encode+decode us (wall median) "
+          "| encode+decode us (CPU) | loopback p50 ms | loopback p99 ms |")
+    print("|---|---|---|---|---|---|---|")
     rows = {}
     for b in (1, 4):
         codec = _codec(b)
         items = _items(b)
-        for name, (nbytes, us) in codec.items():
+        for name, (nbytes, us, cpu_us) in codec.items():
             rounds = 300 if name.startswith("SPARSE") else 30
             p50, p99 = _loopback(b, name, items[name], rounds)
             rows[(b, name)] = (nbytes, us, p50, p99)
-            print(f"| {b} | {name} | {nbytes:,.0f} | {us:,.1f} | {p50:.3f} | {p99:.3f} |")
+            print(f"| {b} | {name} | {nbytes:,.0f} | {us:,.1f} | {cpu_us:,.1f} | {p50:.3f} "
+                  f"| {p99:.3f} |")
     print("\n| B | DENSE / SPARSE: bytes | encode+decode | loopback p50 | loopback p99 |")
     print("|---|---|---|---|---|")
     for b in (1, 4):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 import crc32c
 import numpy as np
@@ -87,9 +88,8 @@ DTYPE_CODES: dict[int, tuple[torch.dtype, np.dtype]] = {
 DTYPES: dict[torch.dtype, int] = {t: code for code, (t, _) in DTYPE_CODES.items()}
 
 
-@dataclass(frozen=True)
-class Header:
-    """A parsed, checked frame header."""
+class Header(NamedTuple):
+    """A parsed, checked frame header (a tuple: it is built once per frame, hot path)."""
 
     kind: Kind  # frame kind
     body_len: int  # bytes after the header
@@ -105,7 +105,8 @@ def parse_header(buf, limits: Limits = LIMITS, *, authenticated: bool = True) ->
         raise BadMagic(f"magic {bytes(magic)!r} is not {MAGIC!r}")
     if version != VERSION:
         raise BadVersion(f"wire version {version} is not supported (this decoder speaks {VERSION})")
-    if kind not in _KINDS:
+    known = _KINDS.get(kind)
+    if known is None:
         raise UnknownKind(f"unknown frame kind {kind}")
     if flags:
         raise NonZeroReserved(f"header flags must be 0, got {flags:#x}")
@@ -114,7 +115,7 @@ def parse_header(buf, limits: Limits = LIMITS, *, authenticated: bool = True) ->
         raise FrameTooLarge(f"frame of {body_len + HEADER.size} bytes exceeds the limit {cap}")
     if body_len % 8:
         raise Misaligned(f"body_len {body_len} is not a multiple of 8")
-    return Header(Kind(kind), body_len, crc)
+    return Header(known, body_len, crc)
 
 
 def check_crc(buf, body_len: int, crc: int) -> None:
@@ -146,4 +147,4 @@ def dtype_code(dtype: torch.dtype) -> int:
         raise BadDtype(f"feature dtype {dtype} has no wire code (f32, bf16, f16)") from None
 
 
-_KINDS = frozenset(int(k) for k in Kind)
+_KINDS = {int(k): k for k in Kind}
