@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specpair.vllm.errors import PatchConflict, PatchFormatError
 
-__all__ = ["Hunk", "FilePatch", "PatchSeries", "parse_patch", "apply_file_patch"]
+__all__ = ["Hunk", "FilePatch", "PatchSeries", "parse_patch", "apply_file_patch", "reverse"]
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -148,3 +148,8 @@ def _locate(src: list[str], old: tuple[str, ...], want: int, cursor: int) -> int
             if cursor <= at <= last and tuple(src[at : at + span]) == old:
                 return at
     return None
+
+
+def reverse(fp: FilePatch) -> FilePatch:
+    """The inverse diff (applying it to a patched file gives the base back)."""
+    return FilePatch(fp.path, tuple(Hunk(h.old_start, h.new_lines, h.old_lines) for h in fp.hunks))

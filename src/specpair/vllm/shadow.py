@@ -23,7 +23,7 @@ def installed_site() -> Path | None:
     spec = importlib.util.find_spec("vllm")
     if spec is None or spec.origin is None:
         return None
-    return Path(spec.origin).resolve().parent.parent
+    return Path(os.path.abspath(spec.origin)).parent.parent  # no resolve(): shadow copies
 
 
 def shadow_copy(site: Path, dest: Path) -> Path:

@@ -1,0 +1,66 @@
+"""Attestation gate: the running environment's vLLM carries the overlay, intact.
+
+Re-verifies ``<site-packages>/vllm/SPECPAIR_OVERLAY.json`` against the files
+installed right now (inside the target image: the image's site-packages): the
+vLLM build is one the manifest knows, every touched file has its pinned result
+sha256, the attestation names this overlay and excludes no patch. Skips (with
+the reason) where vLLM or the overlay is not installed, unless
+SPECPAIR_REQUIRE_OVERLAY=1 (set in the target image), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specpair.vllm.manifest import load_manifest
+from specpair.vllm.overlay import attestation_path, status, verify
+from specpair.vllm.shadow import installed_site
+
+REQUIRED = os.environ.get("SPECPAIR_REQUIRE_OVERLAY") == "1"
+
+
+def _site_or_skip():
+    site = installed_site()
+    why = None
+    if site is None:
+        why = "vLLM is not installed in this environment"
+    elif not attestation_path(site).is_file():
+        why = f"the specpair overlay is not applied to this environment's vLLM ({site})"
+    if why:
+        if REQUIRED:
+            pytest.fail(f"SPECPAIR_REQUIRE_OVERLAY=1 but {why}")
+        pytest.skip(why)
+    return site
+
+
+@pytest.mark.gate
+def test_installed_vllm_matches_its_attestation():
+    site = _site_or_skip()
+    man = load_manifest()
+    st = verify(site, man)  # raises ResultMismatch naming every drifted file
+    assert st.state == "applied" and not st.problems
+    att = st.attestation
+    assert att.overlay_id == man.overlay_id and att.vllm_version == man.vllm_version
+    assert att.excluded == (), f"production vLLM must carry the whole series, not {att.excluded}"
+    for path, h in att.files.items():
+        assert h["result"] == man.files[path].result[st.variant], path
+
+
+@pytest.mark.gate
+def test_control_a_changed_byte_is_caught(tmp_path):
+    """Must-fail control: the same check on a copy with one patched byte changed fails."""
+    site = _site_or_skip()
+    from specpair.vllm.errors import ResultMismatch
+    from specpair.vllm.shadow import shadow_copy
+
+    copy = shadow_copy(site, tmp_path)
+    victim = copy / "vllm/v1/worker/gpu_model_runner.py"
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0x01
+    victim.unlink()
+    victim.write_bytes(bytes(data))
+    assert status(copy, load_manifest()).state == "drifted"
+    with pytest.raises(ResultMismatch, match="gpu_model_runner.py"):
+        verify(copy, load_manifest())

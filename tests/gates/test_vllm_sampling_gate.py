@@ -1,0 +1,112 @@
+"""vLLM sampling gate: the environment's own vLLM + overlay, remote speculation vs target-only.
+
+Runs the installed vLLM (inside the target image: the image's) on the tiny pair
+(`specpair models make-tiny`, generated here), each run a subprocess of
+``python -m specpair.vllm.probe``, the drafter engine in-process
+(SPECPAIR_DRAFTER=inproc:..., so no network is needed):
+
+- greedy: token ids of a fixed prompt set identical to target-only vLLM;
+- temperature 1: for generated-token indices 1..3 (decided by the first
+  verification step, K=3) of N seeded requests, a two-sample chi-square
+  homogeneity test against target-only (``specpair.vllm.twosample``), threshold
+  chi2.isf(1e-6 / 3, df): a correct stack fails with probability <= 1e-6;
+  N = 600 (quick, `make test`) or 3000 (SPECPAIR_GATE_SIZE=full, `make gates`);
+- acceptance materially above zero;
+- must-fail control (CPU build): the same test on a private copy of this vLLM
+  with the CPU expand fix (patch 0003) reversed fails.
+
+Skips (with the reason) where vLLM or the overlay is not installed, unless
+SPECPAIR_REQUIRE_OVERLAY=1 (the target image), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specpair.models.tiny import make_tiny
+from specpair.vllm.manifest import load_manifest
+from specpair.vllm.overlay import attestation_path, status
+from specpair.vllm.patchfile import apply_file_patch, reverse
+from specpair.vllm.probe import RESULT_MARK
+from specpair.vllm.shadow import installed_site, shadow_copy
+from specpair.vllm.twosample import two_sample_chi2
+
+FULL = os.environ.get("SPECPAIR_GATE_SIZE", "quick") == "full"
+N = 3000 if FULL else 600
+N_CONTROL = 300
+ALPHA = 1e-6
+INDICES = (1, 2, 3)
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27]]
+
+
+def _site_or_skip() -> Path:
+    site = installed_site()
+    why = None
+    if site is None:
+        why = "vLLM is not installed in this environment"
+    elif not attestation_path(site).is_file():
+        why = f"the specpair overlay is not applied to this environment's vLLM ({site})"
+    if why:
+        if os.environ.get("SPECPAIR_REQUIRE_OVERLAY") == "1":
+            pytest.fail(f"SPECPAIR_REQUIRE_OVERLAY=1 but {why}")
+        pytest.skip(why)
+    return site
+
+
+def _probe(tmp: Path, name: str, model: Path, env: dict, pythonpath: Path | None = None,
+           **opts) -> dict:
+    args = [sys.executable, "-m", "specpair.vllm.probe", "--model", str(model)]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else json.dumps(v)]
+    env = {**os.environ, **env}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    with open(tmp / f"{name}.log", "w") as log:
+        run = subprocess.run(args, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                             timeout=1200)
+    lines = [x for x in run.stdout.splitlines() if x.startswith(RESULT_MARK)]
+    assert run.returncode == 0 and lines, f"probe {name} failed; see {tmp / name}.log"
+    return json.loads(lines[-1][len(RESULT_MARK):])
+
+
+def _checks(a, b):
+    a, b = np.array(a), np.array(b)
+    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(INDICES)) for i in INDICES]
+
+
+@pytest.mark.gate
+@pytest.mark.slow
+def test_remote_speculation_keeps_vllms_output_law(tmp_path):
+    site = _site_or_skip()
+    pair = make_tiny(tmp_path / "tiny")
+    remote = {"SPECPAIR_DRAFTER": f"inproc:{pair.draft}"}
+    common = dict(prompts=PROMPTS, greedy_tokens=16, samples=N, sample_tokens=4)
+    spec = _probe(tmp_path, "spec", pair.target, remote, spec="remote", **common)
+    ref = _probe(tmp_path, "ref", pair.target, {}, spec="none", **common)
+    assert spec["greedy"] == ref["greedy"]
+    checks = _checks(spec["samples"], ref["samples"])
+    assert all(c.passed for c in checks), checks
+    m = spec["spec_metrics"]
+    assert m["vllm:spec_decode_num_accepted_tokens"] > 0.2 * m[
+        "vllm:spec_decode_num_draft_tokens"]
+
+    man = load_manifest()
+    if status(site, man).variant != "cpu":
+        return  # the control reproduces the CPU build's bug; CUDA builds never run that code
+    control = shadow_copy(site, tmp_path / "control")
+    (fp,) = next(s for s in man.series if s.patch_id == "0003").files
+    target = control / fp.path
+    text = apply_file_patch(target.read_text(), reverse(fp), "reverse 0003")
+    target.unlink()
+    target.write_text(text)
+    bad = _probe(tmp_path, "control", pair.target, remote, pythonpath=control, spec="remote",
+                 prompts=PROMPTS, samples=N_CONTROL, sample_tokens=4)
+    assert str(control) in bad["vllm_file"]
+    assert not all(c.passed for c in _checks(bad["samples"], ref["samples"][:N_CONTROL]))
