@@ -277,6 +277,14 @@ def test_release_reaches_the_drafter(pair):
     assert wait_for(lambda: 1 not in drafter.lengths) and 2 in drafter.lengths
 
 
+def test_closing_the_connection_releases_its_requests(pair):
+    drafter, _, c = pair
+    c.propose([item(1, [1], 1), item(2, [2], 1)], 5.0)
+    assert drafter.lengths.keys() == {1, 2}
+    c.close()
+    assert wait_for(lambda: drafter.lengths == {})
+
+
 def test_greedy_drafter_point_mass():
     hello = trivial_hello(V, kind=QKind.POINT_MASS)
     with ServerThread(TrivialDrafter(hello), hello, KEY) as srv, client(srv.port) as c:
