@@ -96,7 +96,7 @@ class MissingReason(Enum):
 
 
 class DraftClient:
-    """A fail-safe, self-reconnecting client of one drafter."""
+    """A fail-safe, self-reconnecting client of one drafter (one caller thread at a time)."""
 
     def __init__(self, host: str, port: int, key: bytes, *, vocab_size: int,
                  tokenizer_fingerprint: bytes, features: FeatureSpec | None = None,
