@@ -27,6 +27,10 @@ venv: $(VENV)/.installed ## Create the virtual environment with every pinned dep
 test: venv ## Run the whole test suite (quick-size gates included).
 	$(PY) -m pytest
 
+.PHONY: test-gpu
+test-gpu: venv ## Run the GPU suites (pytest -m gpu) on a CUDA machine with vLLM 0.32.0 (CUDA).
+	$(PY) -m pytest -m gpu
+
 .PHONY: lint
 lint: venv ## Lint with ruff.
 	$(VENV)/bin/ruff check src tests bench
