@@ -8,12 +8,21 @@
 # Environment (the Makefile passes these; defaults in brackets):
 #   BUILDAH_ROOT     buildah storage (vfs) directory [/var/lib/specpair/buildah]; a fresh
 #                    directory gives a build that shares nothing with earlier ones
-#   CA_BUNDLE        extra CA bundle for pip, mounted into RUN steps only [none]
-#   WHEELHOUSE       local wheel directory, hash-checked like downloads [none]
-#   PIP_CACHE        pip download cache mounted into RUN steps [build/cache/pip]
+#   CA_BUNDLE        extra CA bundle pip must trust for the downloads [none]
+#   WHEELHOUSE       local wheel directory offered to the download, hash-checked [none]
+#   WHEEL_CACHE      where the locked wheels are downloaded (kept between builds)
+#                    [build/cache/wheels/PROFILE-ROLE]
+#   PY               Python whose pip downloads [.venv/bin/python, else python3]
 #   OVERLAY_EXCLUDE  overlay patch ids to leave out (target only; power tests) [none]
 #   PUSH             1: push the image to the Docker daemon [1]
 #   IID_FILE         write the image ID here [build/images/ROLE-PROFILE.iid]
+#   LAYERS           1: keep per-step layers as a build cache (buildah --layers) [0]; with vfs
+#                    every kept step copies the whole rootfs, so a cold build is much faster without
+# The locked wheels are downloaded on the host first (`pip download --require-hashes`, for the
+# image's platform; files already in WHEEL_CACHE are re-hashed, not fetched), then mounted into the
+# build, which installs them with --no-index: nothing in the build talks to an index (buildah's
+# chroot isolation only offers --network host), and the CA bundle never goes near it. (pip's
+# HTTP cache cannot help: the proxy in front of the registries strips the caching headers.)
 # The same commit, lock and arguments give the same image ID, whatever the store or cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +41,9 @@ esac
 source images/versions.lock
 
 root=${BUILDAH_ROOT:-/var/lib/specpair/buildah}
-pip_cache=${PIP_CACHE:-build/cache/pip}
+wheel_cache=${WHEEL_CACHE:-build/cache/wheels/$profile-$role}
+py=${PY:-.venv/bin/python}
+[ -x "$py" ] || py=python3
 iid_file=${IID_FILE:-build/images/$role-$profile.iid}
 command -v buildah >/dev/null || { echo "error: buildah missing (apt-get install buildah)" >&2; exit 1; }
 
@@ -43,7 +54,7 @@ scripts/image-base.sh "$arch" "$base"
 # 2. Build context: the tracked files only (others' uncommitted work never lands in an image).
 ctx=build/images/ctx-$role-$profile
 rm -rf "$ctx"
-mkdir -p "$ctx/build/images" "$pip_cache" "$(dirname "$iid_file")"
+mkdir -p "$ctx/build/images" "$wheel_cache" "$(dirname "$iid_file")"
 git ls-files -z -- pyproject.toml README.md src tests images/lock overlays \
   | xargs -0 cp --parents -t "$ctx"
 ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
@@ -56,19 +67,47 @@ if [ "$role" = target ]; then
     "overlays/vllm/$VLLM_VERSION/manifest.json")
 fi
 
-# 3. RUN-only mounts (never in a layer): CA bundle, wheelhouse, pip cache.
-empty=build/images/empty
-mkdir -p "$empty"
-ca=${CA_BUNDLE:-/dev/null}
-[ -r "$ca" ] || { echo "error: CA_BUNDLE=$ca is not a readable file" >&2; exit 1; }
-wheels=${WHEELHOUSE:-$empty}
-[ -d "$wheels" ] || { echo "error: WHEELHOUSE=$wheels is not a directory" >&2; exit 1; }
+# 3. The locked wheels, downloaded (or re-checked) on the host for the image's platform.
+case "$arch" in amd64) machine=x86_64 ;; arm64) machine=aarch64 ;; esac
+dl=(--isolated --disable-pip-version-check --no-input --progress-bar off --no-deps
+    --require-hashes --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311
+    --index-url https://pypi.org/simple -d "$wheel_cache" -r "images/lock/$profile-$role.txt")
+for m in $(seq 39 -1 5); do dl+=(--platform "manylinux_2_${m}_$machine"); done
+dl+=(--platform "manylinux2014_$machine" --platform "manylinux1_$machine" --platform "linux_$machine")
+if [ -n "${CA_BUNDLE:-}" ]; then
+  [ -r "$CA_BUNDLE" ] || { echo "error: CA_BUNDLE=$CA_BUNDLE is not a readable file" >&2; exit 1; }
+  dl+=(--cert "$CA_BUNDLE")
+fi
+if [ -n "${WHEELHOUSE:-}" ]; then
+  [ -d "$WHEELHOUSE" ] || { echo "error: WHEELHOUSE=$WHEELHOUSE is not a directory" >&2; exit 1; }
+  dl+=(--find-links "$WHEELHOUSE")
+fi
+echo ">> locked wheels for $profile-$role (linux/$arch) -> $wheel_cache"
+s=$(date +%s)
+PIP_CONFIG_FILE=/dev/null "$py" -m pip download --quiet "${dl[@]}"
+# Only the locked files are offered to the build (an older lock's leftovers are not).
+offer=build/images/wheels-$role-$profile
+rm -rf "$offer"; mkdir -p "$offer"
+"$py" - "$wheel_cache" "$offer" "images/lock/$profile-$role.txt" <<'PY'
+import hashlib, os, sys
+from pathlib import Path
+cache, offer, lock = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+want = {line.split("--hash=sha256:")[1].strip() for line in lock.read_text().replace("\\\n", " ").splitlines()
+        if "--hash=sha256:" in line}
+for f in sorted(cache.glob("*.whl")):
+    if hashlib.sha256(f.read_bytes()).hexdigest() in want:
+        os.link(f, offer / f.name)
+got = len(list(offer.glob("*.whl")))
+if got != len(want):
+    sys.exit(f"error: {got} of {len(want)} locked wheels in {cache}")
+PY
+echo ">> $(ls "$offer" | wc -l) wheels ready ($(du -sh "$offer" | cut -f1)) in $(( $(date +%s) - s ))s"
 
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
   --file "images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
-  --platform "linux/$arch" --isolation chroot --network host --layers \
+  --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
   --timestamp "$SOURCE_DATE_EPOCH" \
   --build-arg PROFILE="$profile" --build-arg BASE_TAR="$base" \
   --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
@@ -76,9 +115,7 @@ buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
   --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}" \
   --build-arg SOURCE_URL="https://github.com/specpair/specpair" \
   --build-arg REVISION="$revision" --build-arg VERSION="$version" \
-  -v "$(realpath "$ca"):/run/specpair/ca.pem:ro" \
-  -v "$(realpath "$wheels"):/run/specpair/wheels:ro" \
-  -v "$(realpath "$pip_cache"):/run/specpair/pip" \
+  -v "$(realpath "$offer"):/run/specpair/wheels:ro" \
   "$ctx"
 iid=$(cat "$iid_file")
 echo ">> built $tag in $(( $(date +%s) - start ))s: image ID sha256:${iid#sha256:}"

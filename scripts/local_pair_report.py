@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Talk to the local pair's vLLM target (stdlib only; run by scripts/local-pair.sh).
+
+  wait      poll GET /health until it answers 200 (exit 1 after --timeout seconds)
+  complete  send one real completion (temperature 1, seeded), then print the text and vLLM's
+            speculative-decoding figures from /metrics: drafts, draft tokens, accepted tokens,
+            acceptance rate, mean accepted length per round, accepted per draft position.
+            Exit 1 if no draft token was proposed (the pair is not speculating).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PROMPT = "ba be bi bo bu da de di do du ."  # words of the tiny pair's WordLevel vocabulary
+
+
+def _get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def wait(port: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            _get(f"http://127.0.0.1:{port}/health", 2.0)
+            print(f">> target healthy after {time.monotonic() - start:.0f}s")
+            return 0
+        except (urllib.error.URLError, OSError):
+            time.sleep(2)
+    print(f"error: http://127.0.0.1:{port}/health did not answer within {timeout:.0f}s",
+          file=sys.stderr)
+    return 1
+
+
+def spec_metrics(text: str) -> dict[str, float]:
+    """vllm:spec_decode_* samples from a Prometheus text page, summed over label sets
+    (per-position counters keep their position: `...per_pos_total[2]`)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(vllm:spec_decode_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
+        if not m:
+            continue
+        name = m.group(1)
+        pos = re.search(r'position="(\d+)"', m.group(2) or "")
+        key = f"{name}[{pos.group(1)}]" if pos else name
+        out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> int:
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
+            "seed": 0}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=120) as r:
+        answer = json.loads(r.read())
+    seconds = time.monotonic() - t0
+    choice = answer["choices"][0]
+    print(f">> completion ({answer['usage']['completion_tokens']} tokens in {seconds:.2f}s, "
+          f"temperature 1, seed 0):")
+    print(f"   prompt: {PROMPT!r}")
+    print(f"   output: {choice['text']!r}")
+    m = spec_metrics(_get(f"http://127.0.0.1:{port}/metrics"))
+    drafts = m.get("vllm:spec_decode_num_drafts_total", 0.0)
+    drafted = m.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
+    accepted = m.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+    print(">> acceptance (vLLM spec-decode metrics, cumulative since start):")
+    print(f"   drafts (rounds)        {drafts:.0f}")
+    print(f"   draft tokens proposed  {drafted:.0f}")
+    print(f"   draft tokens accepted  {accepted:.0f}")
+    if drafted:
+        print(f"   acceptance rate        {accepted / drafted:.3f}")
+    if drafts:
+        print(f"   mean accepted length   {1 + accepted / drafts:.3f} tokens per round "
+              "(accepted + 1 from the target)")
+    per_pos = sorted((k, v) for k, v in m.items() if k.endswith("]") and "per_pos" in k)
+    if per_pos:
+        print("   accepted per position  " + "  ".join(f"{k.rsplit('[', 1)[1][:-1]}:{v:.0f}"
+                                                     for k, v in per_pos))
+    if drafter_metrics_port:
+        try:
+            lines = [ln for ln in _get(f"http://127.0.0.1:{drafter_metrics_port}/metrics")
+                     .splitlines() if ln.startswith("specpair_") and not ln.startswith("#")]
+            print(">> drafter metrics: " + "; ".join(lines[:8]))
+        except (urllib.error.URLError, OSError) as err:
+            print(f">> drafter metrics unavailable: {err}")
+    if not drafted:
+        print("error: the target proposed no draft tokens: remote drafting is not working",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("wait", help="wait until the target's /health answers")
+    w.add_argument("--port", type=int, required=True)
+    w.add_argument("--timeout", type=float, default=300.0)
+    c = sub.add_parser("complete", help="one completion, then the acceptance figures")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--drafter-metrics-port", type=int, default=None)
+    c.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args(argv)
+    if args.cmd == "wait":
+        return wait(args.port, args.timeout)
+    return complete(args.port, args.drafter_metrics_port, args.max_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

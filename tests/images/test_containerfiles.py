@@ -1,0 +1,105 @@
+"""The Containerfiles and compose files follow STYLE.md's Images rules (checked statically)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+CONTAINERFILES = {"drafter": ROOT / "images" / "drafter" / "Containerfile",
+                  "target": ROOT / "images" / "target" / "Containerfile"}
+COMPOSE = sorted((ROOT / "compose").glob("*.yml"))
+
+
+def _lines(role: str) -> list[str]:
+    return CONTAINERFILES[role].read_text().splitlines()
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_every_new_arg_has_a_comment(role):
+    lines = _lines(role)
+    seen: set[str] = set()
+    for i, line in enumerate(lines):
+        m = re.match(r"ARG (\w+)", line)
+        if not m or m.group(1) in seen:
+            continue
+        seen.add(m.group(1))
+        assert lines[i - 1].startswith("#"), f"{role}: ARG {m.group(1)} has no comment above it"
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_stages_are_named_and_nothing_floats(role):
+    lines = _lines(role)
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert len(froms) >= 3
+    assert all(re.match(r"FROM \S+ AS [a-z]+$", ln) for ln in froms), froms
+    assert froms[0] == "FROM scratch AS base", "the base is the locked mmdebstrap rootfs"
+    text = "\n".join(lines)
+    assert ":latest" not in text and "latest" not in text.lower()
+    assert "--require-hashes" in text and "--no-deps" in text
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_no_ca_bundle_and_no_index_in_the_build(role):
+    """The extra CA is given to the host-side download only; the build installs offline."""
+    text = CONTAINERFILES[role].read_text()
+    for line in text.splitlines():
+        if line.startswith(("COPY", "ADD")):
+            assert not re.search(r"\.(pem|crt)\b|ca-certificates", line), line
+    assert "PIP_CERT" not in text and "ca.pem" not in text
+    assert "--no-index --find-links /run/specpair/wheels" in text
+    script = (ROOT / "scripts" / "image-build.sh").read_text()
+    assert '--cert "$CA_BUNDLE"' in script
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_oci_labels(role):
+    text = CONTAINERFILES[role].read_text()
+    wanted = ["org.opencontainers.image.source", "org.opencontainers.image.revision",
+              "org.opencontainers.image.version", "io.specpair.profile"]
+    if role == "target":
+        wanted += ["io.specpair.vllm-version", "io.specpair.overlay-id"]
+    for label in wanted:
+        assert f"{label}=" in text, f"{role} lacks label {label}"
+
+
+def test_target_applies_and_verifies_the_overlay_during_the_build():
+    text = CONTAINERFILES["target"].read_text()
+    assert "specpair overlay apply --site-packages" in text
+    assert "specpair overlay verify --site-packages" in text
+    assert "specpair models make-tiny --out /opt/specpair/models" in text
+
+
+@pytest.mark.parametrize("path", COMPOSE, ids=lambda p: p.name)
+def test_compose_services_use_host_networking_and_pinned_tags(path):
+    doc = yaml.safe_load(path.read_text())
+    assert doc["services"], path
+    for name, svc in doc["services"].items():
+        assert svc.get("network_mode") == "host", f"{path.name}:{name} must use host networking"
+        assert "ports" not in svc, f"{path.name}:{name}: no port mapping without a bridge"
+        image = svc["image"]
+        assert re.fullmatch(r"specpair-(drafter|target):[\w.${}:?\s-]+", image), image
+        assert not image.endswith(":latest")
+
+
+def test_compose_has_one_file_per_host_role_and_the_local_pair():
+    assert {p.stem for p in COMPOSE} >= {"sparkhead", "sparkworker", "x86host", "local-cpu"}
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="docker-compose (v1, Debian) not installed; scripts/image-tools.sh")
+@pytest.mark.parametrize("path", COMPOSE, ids=lambda p: p.name)
+def test_compose_files_validate(path, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("k" * 32)
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "SPECPAIR_KEY_FILE": str(key),
+           "SPECPAIR_VERSION": "0.1.0", "SPARKHEAD_ADDR": "10.0.0.1",
+           "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360"}
+    proc = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

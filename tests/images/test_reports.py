@@ -1,0 +1,80 @@
+"""The gate-run verdict (scripts/image_gates_report.py) and the pair's metric parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="{n}">{cases}</testsuite></testsuites>
+"""
+
+
+def _xml(tmp_path, *cases: tuple[str, str]) -> str:
+    body = []
+    for name, outcome in cases:
+        inner = {"passed": "", "failed": '<failure message="chi2 1523 &gt; 70">x</failure>',
+                 "error": '<error message="boom">x</error>',
+                 "skipped": '<skipped message="no GPU: NVML absent"/>'}[outcome]
+        body.append(f'<testcase classname="tests.gates.mod" name="{name}" time="1.5">'
+                    f"{inner}</testcase>")
+    path = tmp_path / "gates.xml"
+    path.write_text(JUNIT.format(n=len(cases), cases="".join(body)))
+    return str(path)
+
+
+def test_cases_are_read_with_outcome_and_message(gates_report, tmp_path):
+    cases = gates_report.read_cases(_xml(tmp_path, ("a", "passed"), ("b", "failed"),
+                                         ("c", "skipped")))
+    assert [(c.id, c.outcome) for c in cases] == [
+        ("tests.gates.mod::a", "passed"), ("tests.gates.mod::b", "failed"),
+        ("tests.gates.mod::c", "skipped")]
+    assert cases[1].message == "chi2 1523 > 70"
+    assert cases[2].message == "no GPU: NVML absent"
+
+
+@pytest.mark.parametrize(("cases", "rc", "ok"), [
+    ([("a", "passed"), ("nvml", "skipped")], 0, True),
+    ([("a", "passed"), ("b", "failed")], 1, False),
+    ([("a", "passed"), ("b", "error")], 1, False),
+    ([("a", "skipped")], 0, False),  # a suite that ran nothing proves nothing
+    ([("a", "passed")], 2, False),  # pytest itself failed (e.g. collection error)
+])
+def test_normal_verdict(gates_report, tmp_path, cases, rc, ok):
+    got, reason = gates_report.verdict(gates_report.read_cases(_xml(tmp_path, *cases)), rc, None)
+    assert got is ok, reason
+
+
+@pytest.mark.parametrize(("cases", "ok"), [
+    ([("test_vllm_sampling_gate[t1]", "failed"), ("test_greedy", "passed")], True),
+    ([("test_vllm_sampling_gate[t1]", "passed")], False),  # the gate missed the bug
+    ([("test_vllm_sampling_gate[t1]", "failed"), ("test_wire", "failed")], False),  # stray
+])
+def test_expect_fail_verdict(gates_report, tmp_path, cases, ok):
+    got, reason = gates_report.verdict(gates_report.read_cases(_xml(tmp_path, *cases)), 1,
+                                       "vllm_sampling")
+    assert got is ok, reason
+
+
+def test_main_exit_code(gates_report, tmp_path, capsys):
+    xml = _xml(tmp_path, ("a", "passed"), ("b", "failed"))
+    assert gates_report.main([xml, "--exit-code", "1"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert gates_report.main([xml, "--exit-code", "1", "--expect-fail", "::b$"]) == 0
+
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 20.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} 60.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 31.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="0"} 15.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="1"} 10.0
+vllm:num_requests_running{engine="0",model_name="tiny"} 0.0
+"""
+
+
+def test_spec_metrics_are_parsed_per_position(pair_report):
+    m = pair_report.spec_metrics(METRICS)
+    assert m["vllm:spec_decode_num_drafts_total"] == 20.0
+    assert m["vllm:spec_decode_num_accepted_tokens_total"] == 31.0
+    assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total[1]"] == 10.0
+    assert not any("num_requests_running" in k for k in m)
