@@ -143,3 +143,60 @@ def test_merge_invalid_drafts_marks_rows_beyond_the_valid_drafts():
     assert merge_invalid_drafts(spec, batch, grammar)[7]
     spec.num_valid[:] = 3
     assert merge_invalid_drafts(spec, batch, None) is None
+
+
+def _v2(depth=K, max_reqs=4, method="standard"):
+    from specpair.vllm.v2 import RemoteSpeculator
+
+    spec = SimpleNamespace(num_speculative_tokens=depth, rejection_sample_method=method,
+                           enable_adaptive_verification=False)
+    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
+    cfg = SimpleNamespace(speculative_config=spec, model_config=model,
+                          scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
+    tokens = torch.zeros(max_reqs, 64, dtype=torch.int32)
+    total = torch.zeros(max_reqs, dtype=torch.int32)
+    states = SimpleNamespace(total_len=SimpleNamespace(gpu=total),
+                             all_token_ids=SimpleNamespace(gpu=tokens))
+    return RemoteSpeculator(cfg, torch.device("cpu"), states), states
+
+
+def _batch(req_ids, idx, qs):
+    return SimpleNamespace(num_reqs=len(req_ids), req_ids=req_ids,
+                           idx_mapping=torch.tensor(idx), idx_mapping_np=torch.tensor(idx).numpy(),
+                           query_start_loc_np=torch.tensor(qs).numpy())
+
+
+def test_v2_speculator_step_writes_q_and_flags_missing():
+    import pytest
+
+    from specpair.vllm.errors import RemoteVerificationRefused
+
+    with pytest.raises(RemoteVerificationRefused, match="block"):
+        _v2(method="block")
+    spec, states = _v2()
+    spec.client = FakeClient(["ok", "missing"])
+    states.total_len.gpu[2] = 4
+    states.all_token_ids.gpu[2, :4] = torch.tensor([3, 4, 5, 6], dtype=torch.int32)
+    states.total_len.gpu[0] = 2
+    batch = _batch(["x", "y"], [2, 0], [0, 4, 6])
+    temp = torch.tensor([0.0, 0.0, 0.5, 0.0])
+    args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([1, 0]),
+            torch.tensor([0, 0]), None, None, temp, torch.arange(4))
+    drafts = spec.propose(*args)
+    assert drafts.tolist() == [[0, 1, 2], [0, 0, 0]]  # y is still in prefill: no drafts
+    sent = spec.client.batches[0]
+    assert [it.new_tokens.tolist() for it in sent] == [[3, 4, 5, 6]]
+    assert sent[0].params.temperature == 0.5 and sent[0].features is None
+    q = torch.softmax(spec.draft_logits[2] / 0.5, -1)
+    assert torch.allclose(q, _ok(sent[0]).q_logp.exp(), atol=1e-6)
+    assert spec.num_valid.tolist() == [K, K, K, K]
+    # next step: the drafter is gone -> x keeps -inf rows and num_valid 0 (invalid drafts)
+    states.total_len.gpu[2] = 6
+    states.all_token_ids.gpu[2, 4:6] = torch.tensor([0, 9], dtype=torch.int32)
+    args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([2, 0]),
+            torch.tensor([2, 0]), None, None, temp, torch.arange(4))
+    spec.propose(*args)
+    assert spec.client.batches[1][0].new_tokens.tolist() == [0, 9]
+    assert spec.client.batches[1][0].num_accepted == 1
+    assert torch.isneginf(spec.draft_logits[2]).all() and spec.num_valid[2] == 0
+    assert spec.remote.counters.missing == 1
