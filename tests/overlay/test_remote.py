@@ -200,3 +200,26 @@ def test_v2_speculator_step_writes_q_and_flags_missing():
     assert spec.client.batches[1][0].num_accepted == 1
     assert torch.isneginf(spec.draft_logits[2]).all() and spec.num_valid[2] == 0
     assert spec.remote.counters.missing == 1
+
+
+def test_v2_sends_the_features_the_client_declared():
+    from specpair.wire.frames import FeatureKind, FeatureSpec
+
+    spec, states = _v2()
+    spec.client = FakeClient(["ok", "ok"])
+    spec.client.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
+    states.total_len.gpu[1] = 4  # prompt of 3 + the first sampled token
+    hidden = torch.arange(6 * 8, dtype=torch.float32).view(6, 8)
+    batch = _batch(["x"], [1], [0, 3])
+    temp = torch.ones(4)
+    spec.propose(batch, None, None, hidden, None, torch.tensor([1]), torch.tensor([0]),
+                 None, None, temp, torch.arange(4))
+    f = spec.client.batches[0][0].features
+    # 4 new tokens, 3 query rows (the prompt): token 0 has no predicting state (zeros)
+    assert f.shape == (4, 8) and (f[0] == 0).all() and torch.equal(f[1:], hidden[:3])
+    states.total_len.gpu[1] = 6  # 1 draft accepted + 1 new token; query was 1 + K rows
+    batch = _batch(["x"], [1], [0, 1 + K])
+    spec.propose(batch, None, None, hidden, None, torch.tensor([2]), torch.tensor([K - 1]),
+                 None, None, temp, torch.arange(4))
+    f = spec.client.batches[1][0].features
+    assert torch.equal(f, hidden[:2])  # the states that predicted the 2 new tokens

@@ -38,7 +38,9 @@ class StepRequest:
     num_sampled: int  # tokens the target committed this step (1 + accepted drafts)
     depth: int  # K wanted (0 = do not draft this step)
     params: RequestParams  # temperature (0 = greedy), top_k (0 off), top_p, seed
-    features: torch.Tensor | None = None  # [n, width] target hidden states, if asked
+    # [m, width] target states that predicted the LAST m committed tokens (m <= n), if the
+    # drafter asks for features; rows the target no longer holds are sent as zeros
+    features: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,6 @@ class RemoteDrafts:
         self._reqs[req_id] = r
         return r
 
-    def sent_of(self, req_id: str) -> int:
-        """Committed tokens of ``req_id`` the drafter already has (0 if unknown)."""
-        r = self._reqs.get(req_id)
-        return r.sent if r is not None else 0
-
     def forget(self, live: set[str]) -> None:
         """Release every tracked request not in ``live`` (finished or preempted away)."""
         gone = [rid for rid in self._reqs if rid not in live]
@@ -153,7 +150,13 @@ class RemoteDrafts:
             num_accepted = max(0, min(r.drafted, sr.num_sampled - 1)) if start else 0
             if start == n:  # nothing new committed (should not happen on a decode step)
                 continue
-            feats = sr.features[start:] if sr.features is not None else None
+            feats = None
+            if sr.features is not None:
+                need, have = n - start, sr.features.shape[0]
+                feats = sr.features[have - min(need, have):]
+                if need > have:
+                    pad = feats.new_zeros(need - have, feats.shape[1])
+                    feats = torch.cat([pad, feats])
             batch.append(ProposeItem(r.wire_id, sr.tokens[start:].clone(), num_accepted, n,
                                      sr.depth, sr.params, feats))
             where.append(i)

@@ -144,16 +144,6 @@ class RemoteSpeculator:
             self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
         return self.remote
 
-    def _features(self, hidden: torch.Tensor, qs: list[int], i: int, n_new: int,
-                  committed_rows: int, spec: Any) -> torch.Tensor:
-        """[n_new, width] rows: the target states that predicted each new token
-        (zeros where the target no longer holds them, e.g. earlier prompt chunks)."""
-        rows = hidden[qs[i] : qs[i] + committed_rows][-n_new:].to("cpu", spec.dtype)
-        if rows.shape[0] < n_new:
-            pad = torch.zeros(n_new - rows.shape[0], rows.shape[1], dtype=spec.dtype)
-            rows = torch.cat([pad, rows])
-        return rows
-
     def propose(self, input_batch: Any, attn_metadata: Any, slot_mappings: Any,
                 last_hidden_states: torch.Tensor, aux_hidden_states: Any,
                 num_sampled: torch.Tensor, num_rejected: torch.Tensor,
@@ -187,9 +177,9 @@ class RemoteSpeculator:
                                    seed=((int(seed_list[i]) * _SEED_MIX) & (2**64 - 1)) >> 1)
             feats = None
             if spec is not None and k:
-                n_new = n - remote.sent_of(req_id)
+                # the states that predicted this step's committed tokens (EAGLE convention)
                 committed = qs[i + 1] - qs[i] - int(rejected[i])
-                feats = self._features(last_hidden_states, qs, i, n_new, committed, spec)
+                feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
             steps.append(StepRequest(req_id, tokens, int(sampled[i]), k, params, feats))
         drafts = remote.step(steps)
         tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
