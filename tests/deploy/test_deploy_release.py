@@ -111,4 +111,5 @@ def test_production_needs_typed_confirmation(tmp_path):
 def test_release_show_prints_the_hash(tmp_path):
     out = _cli("release", "show", str(_write(tmp_path, _release())), "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["config_hash"] == config_hash({"depth": 4, "drafter_mode": "sampled"})
+    want = config_hash({"depth": 4, "drafter_mode": "sampled"})
+    assert json.loads(out.stdout)["config_hash"] == want

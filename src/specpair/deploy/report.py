@@ -32,14 +32,12 @@ def host_reports(run_dir: Path) -> dict[str, dict[str, Any]]:
     reports = run_dir / "reports"
     if not reports.is_dir():
         return out
-    for d in sorted(p for p in reports.iterdir() if p.is_dir()):
-        entry: dict[str, Any] = {}
-        if (d / "health.json").is_file():
-            entry["health"] = json.loads((d / "health.json").read_text()).get("status")
-        if (d / "gates-junit.xml").is_file():
-            entry["gates"] = junit_outcome(d / "gates-junit.xml")
-        out[d.name] = entry
-    return out
+    if (reports / "health.json").is_file():
+        for host, saved in json.loads((reports / "health.json").read_text()).items():
+            out.setdefault(host, {})["health"] = saved["status"]
+    for junit in sorted(reports.glob("*/gates-junit.xml")):
+        out.setdefault(junit.parent.name, {})["gates"] = junit_outcome(junit)
+    return dict(sorted(out.items()))
 
 
 def _yes(v: Any) -> str:

@@ -2,7 +2,7 @@
 
 Each run gets a directory build/deploy/<UTC time>-<action>/ (ansible-runner's private data
 dir): the runner's artifacts (stdout, events, status), and what the playbooks fetch to the
-controller (summary.json, <host>/health.json, <host>/gates-junit.xml).
+controller (summary.json, health.json, <host>/gates-junit.xml).
 """
 
 from __future__ import annotations
