@@ -15,7 +15,8 @@ Statistic (registered before the data): for the generated tokens at indices
 1, 2 and 3 of N_SPEC seeded requests on one prompt at temperature 1 — index 0
 comes from the prefill and never meets the verifier, indices 1..3 are decided
 by the first verification step (K=3) — a two-sample chi-square homogeneity
-test against REF (bins pooled until every expected count is >= 5,
+test against REF (whose requests use disjoint seeds, so the samples are
+independent; bins pooled until every expected count is >= 5,
 ``specpair.vllm.twosample``), threshold chi2.isf(ALPHA / 3, df) (Bonferroni over
 the three checks). Under equal laws the family fails with probability <= ALPHA
 = 1e-6. Measured while registering it: with the fix chi2 ~ df (101/119,
@@ -48,6 +49,7 @@ N_NOFIX = 400
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27], [40, 41],
            [100, 7, 200, 9, 300]]
 GREEDY_TOKENS = 24
+REF_SEEDS = 1_000_000  # REF's seeds are disjoint from SPEC's: independent samples
 ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
 
 
@@ -73,7 +75,8 @@ def runs(tmp_path_factory):
     finally:
         drafter.stop()
     out["ref"] = probe(full, pair.target, root / "ref.log", spec="none", prompts=PROMPTS,
-                       greedy_tokens=GREEDY_TOKENS, samples=N_SPEC, sample_tokens=4)
+                       greedy_tokens=GREEDY_TOKENS, samples=N_SPEC, sample_tokens=4,
+                       seed_base=REF_SEEDS)
     for name, r in out.items():
         print(f"{name}: start {r['start_s']:.1f}s, wall {r['wall_s']:.1f}s, "
               f"counters {r.get('counters')}, metrics {r['spec_metrics']}")

@@ -129,7 +129,8 @@ def test_v2_end_to_end_remote_speculation(tmp_path):
     common = dict(prompts=prompts, greedy_tokens=16, samples=2000, sample_tokens=4)
     spec = probe(vllm_dir, pair.target, tmp_path / "spec.log",
                  env={"SPECPAIR_DRAFTER": f"inproc:{pair.draft}"}, spec="remote", **common)
-    ref = probe(vllm_dir, pair.target, tmp_path / "ref.log", spec="none", **common)
+    ref = probe(vllm_dir, pair.target, tmp_path / "ref.log", spec="none", seed_base=1_000_000,
+                **common)
     assert spec["greedy"] == ref["greedy"]
     a, b = np.array(spec["samples"]), np.array(ref["samples"])
     for i in (1, 2, 3):

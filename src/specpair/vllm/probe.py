@@ -10,7 +10,7 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
 (each optional):
 
 - greedy: every prompt of --prompts at temperature 0, --greedy-tokens tokens;
-- sample: --samples requests of prompt 0 at temperature 1, seeds 0..N-1,
+- sample: --samples requests of prompt 0 at temperature 1, seeds SEED_BASE + 0..N-1,
   --sample-tokens tokens each;
 - kill: --kill-pid is SIGKILLed after --kill-after engine steps of a greedy
   batch; every request must still finish.
@@ -63,6 +63,9 @@ def main() -> int:
     ap.add_argument("--greedy-tokens", type=int, default=0)
     ap.add_argument("--samples", type=int, default=0)
     ap.add_argument("--sample-tokens", type=int, default=3)
+    ap.add_argument("--seed-base", type=int, default=0,
+                    help="sampled request i uses seed SEED_BASE + i (independent runs: "
+                    "use disjoint ranges)")
     ap.add_argument("--kill-pid", type=int, default=0)
     ap.add_argument("--kill-after", type=int, default=4)
     ap.add_argument("--kill-tokens", type=int, default=24)
@@ -91,8 +94,9 @@ def main() -> int:
 
     if args.samples:
         t = time.perf_counter()
-        params = [SamplingParams(temperature=1.0, max_tokens=args.sample_tokens, seed=s,
-                                 ignore_eos=True) for s in range(args.samples)]
+        params = [SamplingParams(temperature=1.0, max_tokens=args.sample_tokens,
+                                 seed=args.seed_base + s, ignore_eos=True)
+                  for s in range(args.samples)]
         outs = llm.generate([prompts[0]] * args.samples, params, use_tqdm=False)
         report["samples"] = [list(o.outputs[0].token_ids) for o in outs]
         report["sample_s"] = time.perf_counter() - t
