@@ -127,7 +127,8 @@ def main() -> int:
 
         from specpair.vllm.v1 import VERIFY_COUNTERS
 
-        remote = _runner(llm).drafter.remote
+        runner = _runner(llm)  # V1 keeps the proposer in .drafter, V2 in .speculator
+        remote = (getattr(runner, "drafter", None) or runner.speculator).remote
         report["counters"] = asdict(remote.counters) if remote else None
         report["verify_counters"] = asdict(VERIFY_COUNTERS)
     report["spec_metrics"] = _spec_metrics(llm)
