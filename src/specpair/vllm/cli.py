@@ -26,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--site-packages", type=Path, required=True, metavar="DIR",
                            help="the site-packages directory holding vllm/")
         p.add_argument("--overlay", type=Path, default=None, metavar="DIR",
-                       help="the overlay directory (default: overlays/vllm/0.32.0 of this "
-                       "checkout)")
+                       help="the overlay directory (default: $SPECPAIR_OVERLAY_DIR, else "
+                       "overlays/vllm/0.32.0 of this checkout)")
         p.add_argument("--json", action="store_true", help="print a JSON report")
 
     p = cmds.add_parser("apply", help="check base hashes, apply the series, write the "
@@ -50,8 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("unpack", help="fetch (cached) and unpack a pinned wheel's vllm/ "
                         "sources into DIR")
     common(p, site=False)
-    p.add_argument("--variant", required=True, help="cuda, cuda-arm64 or cpu")
-    p.add_argument("--dest", type=Path, required=True, metavar="DIR")
+    p.add_argument("--variant", required=True,
+                   help="cuda (x86_64; the aarch64 wheel is identical) or cpu")
+    p.add_argument("--dest", type=Path, required=True, metavar="DIR",
+                   help="where vllm/ and the dist-info are unpacked")
     p.set_defaults(func=_unpack)
 
 
