@@ -104,9 +104,9 @@ class RemoteDrafts:
     client: object  # has propose(batch, deadline_s)
     vocab_size: int  # the target's V (rows of q are padded to it)
     deadline_s: float  # per-round budget handed to the client
-    counters: Counters = field(default_factory=Counters)
-    _reqs: dict[str, _Req] = field(default_factory=dict)
-    _next_id: int = 1
+    counters: Counters = field(default_factory=Counters)  # what this engine saw
+    _reqs: dict[str, _Req] = field(default_factory=dict)  # vLLM request id -> its wire state
+    _next_id: int = 1  # next wire request id (u64, never reused within an engine)
 
     def _new(self, req_id: str) -> _Req:
         r = _Req(self._next_id)

@@ -26,8 +26,8 @@ class TwoSample:
     df: int  # degrees of freedom (bins - 1)
     threshold: float  # chi2.isf(alpha, df)
     alpha: float  # false-failure rate of this check
-    n_a: int  # sample sizes
-    n_b: int
+    n_a: int  # size of sample a
+    n_b: int  # size of sample b
 
     @property
     def passed(self) -> bool:
