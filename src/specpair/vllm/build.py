@@ -13,7 +13,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from specpair.vllm.manifest import sha256_bytes, sha256_file
+from specpair.vllm.manifest import Wheel, sha256_bytes, sha256_file
 from specpair.vllm.patchfile import apply_file_patch, parse_patch
 from specpair.vllm.wheels import ensure_wheel, unpack
 
@@ -37,8 +37,6 @@ def build_manifest(directory: Path) -> dict:
             touched.setdefault(fp.path, []).append(s.patch_id)
     files = {p: {"patches": ids, "base": {}, "result": {}} for p, ids in touched.items()}
     for name, variant in raw["variants"].items():
-        from specpair.vllm.manifest import Wheel
-
         wheel = ensure_wheel(Wheel(**variant["wheel"]))
         with tempfile.TemporaryDirectory() as tmp:
             site = unpack(wheel, Path(tmp))
