@@ -31,7 +31,8 @@ def ensure_wheel(wheel: Wheel, cache: Path | None = None) -> Path:
     if not path.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         version = wheel.filename.split("-")[1]
-        platform = wheel.filename.rsplit("-", 1)[1].removesuffix(".whl")
+        # the first of the wheel's platform tags (e.g. manylinux_2_27_x86_64.manylinux_2_28_...)
+        platform = wheel.filename.rsplit("-", 1)[1].removesuffix(".whl").split(".")[0]
         cmd = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
             "--platform", platform, "--python-version", "3.11", "-d", str(cache),
@@ -46,13 +47,14 @@ def ensure_wheel(wheel: Wheel, cache: Path | None = None) -> Path:
     return path
 
 
-def unpack(wheel_path: Path, dest: Path, *, python_only: bool = True) -> Path:
-    """Unpack the ``vllm/`` package (only .py files by default) and dist-info into ``dest``."""
+def unpack(wheel_path: Path, dest: Path, *, python_only: bool = True,
+           package: str = "vllm") -> Path:
+    """Unpack ``package/`` (only .py files by default) and the dist-info into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel_path) as z:
         for info in z.infolist():
             name = info.filename
-            keep = name.startswith("vllm/") and (not python_only or name.endswith(".py"))
+            keep = name.startswith(f"{package}/") and (not python_only or name.endswith(".py"))
             if keep or ".dist-info/" in name:
                 z.extract(info, dest)
     return dest
