@@ -8,10 +8,10 @@ sources : specpair's src. Three groups of requests in one call of vLLM's own
 - "control": log q stored WITHOUT the factor T (wrong: the verifier divides by T);
 - "invalid": drafts -1 (what merge_invalid_drafts makes of a MISSING q).
 
-Two shims make vLLM accept the interpreter on a machine without a GPU, and
-change no arithmetic of the verifier: the CUDA driver reports itself active
-(vLLM's Triton detection wants one active driver), and libdevice's log1p (not
-available to the interpreter) is log(1 + x).
+Two shims make vLLM accept the interpreter on a machine without a GPU: the
+CUDA driver reports itself active (vLLM's Triton detection wants one active
+driver), and libdevice's log1p (not available to the interpreter) is computed
+as log(1 + x), a rounding difference only; nothing else of the verifier changes.
 """
 
 from __future__ import annotations
