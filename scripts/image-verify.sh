@@ -32,8 +32,10 @@ for role in "$@"; do
   for n in 1 2; do
     echo ">> [$role/$profile] build $n of 2 in a fresh store $dir/store$n"
     s=$(date +%s)
+    # The second build reuses the first one's context snapshot and revision: same inputs, even
+    # when the working tree moves meanwhile (a shared checkout).
     BUILDAH_ROOT=$(realpath "$dir")/store$n PUSH=0 IID_FILE="$dir/$role-$n.iid" \
-      scripts/image-build.sh "$role" "$profile" "specpair-$role:$profile"
+      REUSE_CTX=$(( n - 1 )) scripts/image-build.sh "$role" "$profile" "specpair-$role:$profile"
     echo "$(( $(date +%s) - s ))" > "$dir/$role-$n.seconds"
     buildah --root "$(realpath "$dir")/store$n" --runroot "$(realpath "$dir")/store$n.run" \
       --storage-driver vfs images --digests --format '{{.Digest}}' \

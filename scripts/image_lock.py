@@ -171,7 +171,8 @@ def lock(target: Target, versions: dict[str, str], wheelhouse: str | None) -> st
         hashes = item["download_info"].get("archive_info", {}).get("hashes", {})
         if "sha256" not in hashes:
             raise SystemExit(f"no sha256 for {name} ({item['download_info']['url']})")
-        lines[name] = f"{name}=={item['metadata']['version']} \\\n    --hash=sha256:{hashes['sha256']}"
+        version = item["metadata"]["version"]
+        lines[name] = f"{name}=={version} \\\n    --hash=sha256:{hashes['sha256']}"
     arch = "arm64" if target.machine == "aarch64" else "amd64"
     head = HEADER.format(name=f"{target.profile}-{target.role}", arch=arch)
     return head + "\n".join(lines[k] for k in sorted(lines)) + "\n"

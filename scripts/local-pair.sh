@@ -49,14 +49,21 @@ fi
 
 echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT)"
 compose up --detach
-if ! python3 scripts/local_pair_report.py wait --port "$SPECPAIR_TARGET_PORT" \
-     --timeout "${UP_TIMEOUT_S:-300}"; then
+fail() {
   compose ps
-  compose logs --no-color --tail 60
-  echo "error: the pair did not become healthy; it is left running for inspection" \
-       "(make down stops it)" >&2
+  compose logs --no-color --tail 40
+  echo "error: $1; the pair is left as it is for inspection (make down stops it)" >&2
   exit 1
-fi
+}
+deadline=$(( $(date +%s) + ${UP_TIMEOUT_S:-300} ))
+until python3 scripts/local_pair_report.py wait --port "$SPECPAIR_TARGET_PORT" --timeout 4 \
+      2>/dev/null; do
+  for svc in drafter target; do
+    state=$(docker inspect --format '{{.State.Status}}' "$(compose ps -q "$svc")" 2>/dev/null || true)
+    [ "$state" = running ] || fail "the $svc container is ${state:-gone}"
+  done
+  [ "$(date +%s)" -lt "$deadline" ] || fail "the target was not healthy within ${UP_TIMEOUT_S:-300}s"
+done
 python3 scripts/local_pair_report.py complete --port "$SPECPAIR_TARGET_PORT" \
   --drafter-metrics-port "$SPECPAIR_METRICS_PORT"
 echo ">> the pair is up: http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"tiny\"); make down stops it"

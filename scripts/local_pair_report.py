@@ -32,7 +32,7 @@ def wait(port: int, timeout: float) -> int:
     while time.monotonic() < deadline:
         try:
             _get(f"http://127.0.0.1:{port}/health", 2.0)
-            print(f">> target healthy after {time.monotonic() - start:.0f}s")
+            print(f">> target healthy (waited {time.monotonic() - start:.0f}s here)")
             return 0
         except (urllib.error.URLError, OSError):
             time.sleep(2)
@@ -42,11 +42,11 @@ def wait(port: int, timeout: float) -> int:
 
 
 def spec_metrics(text: str) -> dict[str, float]:
-    """vllm:spec_decode_* samples from a Prometheus text page, summed over label sets
+    """vllm:spec_decode_*_total counters from a Prometheus text page, summed over label sets
     (per-position counters keep their position: `...per_pos_total[2]`)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r"^(vllm:spec_decode_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
+        m = re.match(r"^(vllm:spec_decode_[a-z_]+_total)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
         if not m:
             continue
         name = m.group(1)

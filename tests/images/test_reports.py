@@ -78,3 +78,11 @@ def test_spec_metrics_are_parsed_per_position(pair_report):
     assert m["vllm:spec_decode_num_accepted_tokens_total"] == 31.0
     assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total[1]"] == 10.0
     assert not any("num_requests_running" in k for k in m)
+
+
+def test_created_gauges_are_not_counted(pair_report):
+    text = METRICS + (
+        'vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",position="0"} 1.79e9\n')
+    m = pair_report.spec_metrics(text)
+    assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total[0]"] == 15.0
+    assert not any("created" in k for k in m)
