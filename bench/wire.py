@@ -45,7 +45,8 @@ def _items(b: int) -> dict[str, list[DraftItem]]:
     for rid in range(b):
         lp = torch.log_softmax(torch.randn(K, V, generator=g) * 3, dim=-1)  # [K, V] fp32
         vals, ids = lp.topk(TOP, dim=-1)
-        vals = torch.log_softmax(vals, dim=-1)  # the truncated law, renormalized
+        ids, order = ids.sort(dim=-1)  # ascending ids, as specpair.sampling ships them
+        vals = torch.log_softmax(vals.gather(1, order), dim=-1)  # the truncated law
         sparse.append(DraftItem(rid, ItemStatus.OK, ids[:, 0].clone(), QKind.SPARSE, vals, ids))
         dense.append(DraftItem(rid, ItemStatus.OK, lp.argmax(-1), QKind.DENSE, lp, None))
     return {"SPARSE top-64": sparse, "DENSE fp32": dense}
