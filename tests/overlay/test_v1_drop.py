@@ -78,3 +78,22 @@ def test_dropped_greedy_requests_take_the_target_argmax(vllm_v1):
 def test_control_legacy_point_mass_accepts_drafts(vllm_v1):
     _, out = _run(vllm_v1, drop=False, greedy=False)
     assert (out[:, 1] != -1).any()  # some drafts were accepted: not a target-only step
+
+
+def test_a_batch_without_q_is_dropped_whole(vllm_v1):
+    rs, meta_cls = vllm_v1
+    from specpair.vllm.v1 import drop_all_drafts
+
+    meta = meta_cls.make_dummy([[0, 0, 0], [], [0, 0, 0]], torch.device("cpu"))
+    probs = drop_all_drafts(meta, ["a", "b", "c"], V)
+    assert probs.shape == (6, V) and (probs == 0).all()
+    assert (meta.draft_token_ids == -1).all()
+    target = torch.randn(6, V)
+    sm = SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(3),
+                         generators={})
+    out = rs.rejection_sample(meta.draft_token_ids, meta.num_draft_tokens, meta.max_spec_len,
+                              meta.cu_num_draft_tokens, probs, target,
+                              torch.zeros(3, 1, dtype=torch.int32), sm)
+    assert (out[[0, 2], 1:] == -1).all() and (out[[0, 2], 0] >= 0).all()
+    assert drop_all_drafts(meta_cls.make_dummy([[], []], torch.device("cpu")), ["a", "b"],
+                           V) is None

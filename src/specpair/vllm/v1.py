@@ -4,7 +4,8 @@ Enable with ``speculative_config={"method": "custom_class",
 "model": "specpair.vllm.v1.RemoteProposer", "num_speculative_tokens": K}`` on a
 vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
 ``specpair_remote`` to ``propose_remote`` below, and replaces the "falling back
-to legacy" point-mass path with ``drop_drafts``).
+to legacy" point-mass path with ``drop_drafts``, and, for this proposer, the
+whole-batch point mass of drafts without q with ``drop_all_drafts``).
 
 Per step, for every running request, ``propose_remote`` sends the tokens
 committed since the last round to the drafter and caches, per request, the
@@ -25,7 +26,8 @@ from specpair.vllm.errors import OverlayError
 from specpair.vllm.remote import Counters, RemoteDrafts, StepRequest, env_seed
 from specpair.wire.frames import RequestParams
 
-__all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "VERIFY_COUNTERS"]
+__all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "drop_all_drafts",
+           "VERIFY_COUNTERS"]
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +131,14 @@ def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Ten
     log.warning("specpair: no draft probabilities for request %s; its %d drafts are dropped "
                 "(target-only step), never verified as point mass", req_id, num_draft)
     return torch.zeros(num_draft, like.shape[-1], dtype=like.dtype, device=like.device)
+
+
+def drop_all_drafts(metadata: Any, req_ids: list[str], vocab_size: int) -> torch.Tensor | None:
+    """No q cached for the whole batch: drop every request's drafts (target-only step).
+
+    Returns zero q rows [num_tokens, vocab_size] fp32, or None when nothing was drafted."""
+    like = torch.empty(0, vocab_size, dtype=torch.float32, device=metadata.draft_token_ids.device)
+    rows = [drop_drafts(metadata, i, n, like, req_id)
+            for i, (req_id, n) in enumerate(zip(req_ids, metadata.num_draft_tokens, strict=False))
+            if n]
+    return torch.cat(rows).contiguous() if rows else None
