@@ -50,7 +50,7 @@ class RemoteProposer:
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         self.client: object | None = None  # built on first use (the drafter may start later)
         self.remote: RemoteDrafts | None = None
-        self._seeds: dict[str, int] = {}
+        self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise OverlayError(
@@ -67,6 +67,11 @@ class RemoteProposer:
                 self.client = make_client(self.vocab_size, self.tokenizer_dir)
             self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
         return self.remote
+
+    def forget_seeds(self, live: set[str]) -> None:
+        """Drop the drafter seeds of finished requests."""
+        for rid in [r for r in self._seeds if r not in live]:
+            del self._seeds[rid]
 
     def seed_for(self, req_id: str, seed: int | None) -> int:
         if req_id not in self._seeds:
@@ -92,7 +97,9 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     remote = proposer.state()
     batch = runner.input_batch
     req_ids = list(batch.req_ids)
-    remote.forget(set(runner.requests))
+    live = set(runner.requests)
+    remote.forget(live)
+    proposer.forget_seeds(live)
     steps = []
     for i, req_id in enumerate(req_ids):
         n = int(batch.num_tokens_no_spec[i])
