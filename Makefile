@@ -93,7 +93,10 @@ image-lock-verify: venv ## Check every image lock resolves for its platform (arm
 TEST_GATE_SIZE ?= quick
 
 .PHONY: image-test
-image-test: image-lock-verify image-verify ## The image part of `make test` (verify, gates, power check).
+image-test: venv ## The image part of `make test` (verify, gates, power check).
+	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify rtx3090-drafter gb10-target
+	$(MAKE) --no-print-directory image-verify
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
 	  $(MAKE) --no-print-directory gates-nofix
