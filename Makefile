@@ -27,6 +27,7 @@ venv: $(VENV)/.installed ## Create the virtual environment with every pinned dep
 test: venv ## Run the whole test suite (quick-size gates included).
 	$(PY) -m pytest
 	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
+	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory deploy-test; fi
 
 .PHONY: test-gpu
 test-gpu: venv ## Run the GPU suites (pytest -m gpu) on a CUDA machine with vLLM 0.32.0 (CUDA).
@@ -127,3 +128,13 @@ gates-nofix: image-tools ## Power check: the target built without the CPU fix mu
 .PHONY: gates-local
 gates-local: venv ## Run the gates at full size in the local venv (no image).
 	SPECPAIR_GATE_SIZE=full $(PY) -m pytest -m gate
+
+##@ Deployment (playbooks/, roles/, inventories/; see releases/README.md)
+
+.PHONY: deploy-test
+deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker engine (needs the cpu images).
+	SPECPAIR_DEPLOY_TESTS=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
+
+.PHONY: deploy-lint
+deploy-lint: venv ## ansible-lint, production profile, over playbooks, roles and inventories.
+	$(VENV)/bin/ansible-lint --offline --profile production playbooks roles inventories/prod inventories/local
