@@ -218,3 +218,16 @@ def test_restore_pair_after_an_experiment_window(env):
     assert s["digests"] == a.images
     assert s["requested"]["config_hash"] == a.config_hash
     _assert_pair_on(env, "a")
+
+
+def test_gates_on_demand_fetch_junit_to_the_controller(env):
+    """gates.yml on the recorded release (A); here only the wire self-test, to stay quick."""
+    rc, out = _run(env, "gates (on demand, wire self-test)", "gates", "-e",
+                   "specpair_gates_command=[pytest, -m, gate, tests/gates/test_wire_selftest.py, "
+                   "-p, 'no:cacheprovider', -q, -rfEs]")
+    assert rc == 0, out["failures"]
+    reports = Path(out["run_dir"]) / "reports"
+    for host in ("local-sparkhead", "local-x86host"):
+        text = (reports / host / "gates-junit.xml").read_text()
+        assert 'name="test_wire_selftest"' in text and "<failure" not in text, host
+    assert not (reports / "local-sparkworker").exists()  # its gates are off in the cpu profile

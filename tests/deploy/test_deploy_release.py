@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,40 @@ def test_release_show_prints_the_hash(tmp_path):
     assert out.returncode == 0, out.stderr
     want = config_hash({"depth": 4, "drafter_mode": "sampled"})
     assert json.loads(out.stdout)["config_hash"] == want
+
+
+def _has_nvml() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+def test_health_on_every_host_of_an_inventory_skips_without_a_gpu():
+    """`specpair health --inventory local`: the probe on each host; exit 3 is a skip there."""
+    out = _cli("health", "--inventory", "local", "--json")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    run_dir = Path(json.loads(out.stdout)["run_dir"])
+    saved = json.loads((run_dir / "reports" / "health.json").read_text())
+    assert set(saved) == {"local-sparkhead", "local-sparkworker", "local-x86host"}
+    want = {"pass", "warn"} if _has_nvml() else {"skip"}
+    assert {h["status"] for h in saved.values()} <= want, saved
+    if not _has_nvml():
+        assert all(h["rc"] == 3 and "cannot probe" in h["stderr"] for h in saved.values())
+
+
+@pytest.mark.skipif(_has_nvml(), reason="this host has NVML: its probe never says 'cannot probe'")
+def test_cannot_probe_is_fatal_where_the_inventory_says_so():
+    """inventories/prod sets specpair_health_unprobeable: fail; the same role, locally."""
+    root = Path(__file__).resolve().parents[2]
+    bindir = Path(sys.executable).parent
+    out = subprocess.run([str(bindir / "ansible-playbook"), "-i", "inventories/local",
+                          "playbooks/health.yml", "-e", "specpair_health_unprobeable=fail"],
+                         cwd=root, capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")})
+    assert out.returncode != 0
+    assert "cannot probe: fatal on this inventory" in out.stdout
