@@ -86,7 +86,7 @@ class Progress:
         task = data.get("task", "")
         if kind == "playbook_on_play_start":
             self._say(f"PLAY {data.get('play', '')}")
-        elif kind == "playbook_on_task_start":
+        elif kind == "playbook_on_task_start" and not task.startswith("Validating arguments"):
             self._say(f"  {task}")
         elif kind == "runner_on_ok" and data.get("res", {}).get("changed"):
             self._say(f"    changed: {host}")
