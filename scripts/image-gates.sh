@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Run the gate suite (`pytest -m gate tests/gates`, full size) INSIDE built images.
 #
-# Usage: scripts/image-gates.sh [--expect-fail REGEX] IMAGE...
+# Usage: scripts/image-gates.sh [--expect-fail REGEX [--must-fail REGEX]] IMAGE...
 #   For each IMAGE (e.g. specpair-target:cpu): `docker run --network none` the image's own pytest
 #   over its own tests/gates, JUnit XML to build/gates/<name>.xml, then a summary (pass / fail /
 #   skip with reasons). Exit 1 if any gate failed or errored.
 #   --expect-fail REGEX  power check (an image built with a fix left out): exit 0 only if the suite
 #                        FAILED and every failed test's id matches REGEX; any other outcome exits 1.
+#   --must-fail REGEX    with --expect-fail: a failed test must match REGEX (the gate that has to
+#                        catch the bug; the others may fail too, e.g. the attestation gate).
 # Environment: GATES_OUT (default build/gates), SPECPAIR_GATE_SIZE (default full),
 #              GATES_NETWORK (none | host; default none), GATES_SELECT (a pytest -k expression
 #              narrowing the suite; default: every gate).
@@ -14,7 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 expect=""
+must=""
 if [ "${1:-}" = --expect-fail ]; then expect=${2:?--expect-fail needs a REGEX}; shift 2; fi
+if [ "${1:-}" = --must-fail ]; then must=${2:?--must-fail needs a REGEX}; shift 2; fi
 [ $# -gt 0 ] || { echo "usage: scripts/image-gates.sh [--expect-fail REGEX] IMAGE..." >&2; exit 2; }
 out=${GATES_OUT:-build/gates}
 size=${SPECPAIR_GATE_SIZE:-full}
@@ -48,6 +52,7 @@ for image in "$@"; do
   fi
   args=("$xml" --exit-code "$rc")
   [ -n "$expect" ] && args+=(--expect-fail "$expect")
+  [ -n "$must" ] && args+=(--must-fail "$must")
   python3 scripts/image_gates_report.py "${args[@]}" || status=1
 done
 exit $status

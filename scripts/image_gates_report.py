@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Summarise one image's gate run (pytest JUnit XML) and decide pass/fail.
 
-Usage: scripts/image_gates_report.py XML --exit-code RC [--expect-fail REGEX] [--json]
+Usage: scripts/image_gates_report.py XML --exit-code RC [--expect-fail REGEX [--must-fail REGEX]...]
   Normal mode: exit 0 only if pytest exited 0, at least one gate ran, and none failed or errored.
   --expect-fail REGEX: the power check of a gate (an image built WITHOUT a fix): exit 0 only if
-  at least one test failed and every failed/errored test id matches REGEX.
+  at least one test failed and every failed/errored test id matches REGEX; each --must-fail
+  REGEX must also match at least one failed test (the gate that has to catch the bug).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def read_cases(path: str) -> list[Case]:
     return cases
 
 
-def verdict(cases: list[Case], exit_code: int, expect_fail: str | None) -> tuple[bool, str]:
+def verdict(cases: list[Case], exit_code: int, expect_fail: str | None,
+            must_fail: tuple[str, ...] = ()) -> tuple[bool, str]:
     """(ok, reason) for a gate run."""
     failed = [c for c in cases if c.outcome in ("failed", "error")]
     ran = [c for c in cases if c.outcome != "skipped"]
@@ -59,6 +61,9 @@ def verdict(cases: list[Case], exit_code: int, expect_fail: str | None) -> tuple
     stray = [c.id for c in failed if not re.search(expect_fail, c.id)]
     if stray:
         return False, f"failures outside {expect_fail!r}: {stray}"
+    missed = [r for r in must_fail if not any(re.search(r, c.id) for c in failed)]
+    if missed:
+        return False, f"no failure matches {missed}: those gates missed the bug"
     return True, f"failed as expected: {[c.id for c in failed]}"
 
 
@@ -68,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-code", type=int, required=True, help="pytest's exit status")
     parser.add_argument("--expect-fail", metavar="REGEX", default=None,
                         help="power check: pass only if the failures all match REGEX")
+    parser.add_argument("--must-fail", metavar="REGEX", action="append", default=[],
+                        help="with --expect-fail: some failed test must match REGEX (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     cases = read_cases(args.xml)
-    ok, reason = verdict(cases, args.exit_code, args.expect_fail)
+    if args.must_fail and args.expect_fail is None:
+        parser.error("--must-fail needs --expect-fail")
+    ok, reason = verdict(cases, args.exit_code, args.expect_fail, tuple(args.must_fail))
     if args.json:
         print(json.dumps({"ok": ok, "reason": reason, "cases": [asdict(c) for c in cases]},
                          indent=2))

@@ -86,3 +86,13 @@ def test_created_gauges_are_not_counted(pair_report):
     m = pair_report.spec_metrics(text)
     assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total[0]"] == 15.0
     assert not any("created" in k for k in m)
+
+
+def test_must_fail_names_the_gate_that_has_to_catch_the_bug(gates_report, tmp_path):
+    cases = gates_report.read_cases(_xml(tmp_path, ("test_attestation_gate", "failed"),
+                                         ("test_vllm_sampling_gate", "passed")))
+    ok, reason = gates_report.verdict(cases, 1, "attestation|vllm_sampling", ("vllm_sampling",))
+    assert not ok and "missed the bug" in reason
+    cases = gates_report.read_cases(_xml(tmp_path, ("test_attestation_gate", "failed"),
+                                         ("test_vllm_sampling_gate", "failed")))
+    assert gates_report.verdict(cases, 1, "attestation|vllm_sampling", ("vllm_sampling",))[0]
