@@ -55,7 +55,8 @@ scripts/image-base.sh "$arch" "$base"
 # 2. Build context: the tracked files only (others' uncommitted work never lands in an image),
 #    with the revision they came from. REUSE_CTX=1 builds again from the context (and revision)
 #    the previous build of this image left, as scripts/image-verify.sh does for its second build.
-ctx=build/images/ctx-$role-$profile
+slug=${tag//[:\/]/-}  # per tag: builds of different tags never share a context or wheel set
+ctx=build/images/ctx-$slug
 mkdir -p "$wheel_cache" "$(dirname "$iid_file")"
 if [ "${REUSE_CTX:-0}" = 1 ] && [ -s "$ctx/.revision" ]; then
   echo ">> reusing the build context $ctx"
@@ -97,7 +98,7 @@ echo ">> locked wheels for $profile-$role (linux/$arch) -> $wheel_cache"
 s=$(date +%s)
 PIP_CONFIG_FILE=/dev/null "$py" -m pip download --quiet "${dl[@]}"
 # Only the locked files are offered to the build (an older lock's leftovers are not).
-offer=build/images/wheels-$role-$profile
+offer=build/images/wheels-$slug
 rm -rf "$offer"; mkdir -p "$offer"
 "$py" - "$wheel_cache" "$offer" "images/lock/$profile-$role.txt" <<'PY'
 import hashlib, os, sys
