@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo ">> installing ${missing[*]} (apt)"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     "${missing[@]}" >/dev/null
 fi
 scripts/docker-up.sh
