@@ -75,12 +75,12 @@ image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and
 	scripts/image-tools.sh
 
 .PHONY: image
-image: image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
+image: venv image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
 	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
 	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
 
 .PHONY: image-verify
-image-verify: image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
+image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
 	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
 
 .PHONY: image-lock
@@ -107,7 +107,7 @@ image-test: venv ## The image part of `make test` (verify, gates, power check).
 ##@ Local pair (the main job)
 
 .PHONY: up
-up: ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
+up: venv ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
 	$(IMAGE_ENV) scripts/local-pair.sh up
 
 .PHONY: down
@@ -122,7 +122,7 @@ gates: image-tools ## Run pytest -m gate (full size) inside each PROFILE image; 
 	  scripts/image-gates.sh $(foreach r,$(ROLES),specpair-$(r):$(PROFILE))
 
 .PHONY: gates-nofix
-gates-nofix: image-tools ## Power check: the target built without the CPU fix must fail its gate.
+gates-nofix: venv image-tools ## Power check: the target built without the CPU fix must fail its gate.
 	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) scripts/image-build.sh target cpu \
 	  specpair-target:cpu-nofix
 	scripts/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' --must-fail '$(NOFIX_MUST)' \
