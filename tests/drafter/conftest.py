@@ -1,24 +1,6 @@
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-import torch
-
-from specpair.models.tiny import TinyPair, make_tiny
-
-
-@pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> TinyPair:
-    """The default tiny pair (seed 0), generated once per session."""
-    return make_tiny(Path(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Run these tests' tiny models on one torch thread (restored after each test): a
-    128-wide model gains nothing from more, and on a busy 2-core machine extra OpenMP
-    threads spin (measured: the acceptance test took 66 s with 2 threads, 5 s with 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _tiny_models_on_one_thread(one_torch_thread: None) -> None:
+    """Every test here runs tiny models: one torch thread (see tests/conftest.py)."""

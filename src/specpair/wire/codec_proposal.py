@@ -16,8 +16,6 @@ from specpair.wire.errors import (
     DecodeError,
     DepthLimit,
     DuplicateRequest,
-    NonZeroReserved,
-    RequestLimit,
     SupportLimit,
     TokenOutOfRange,
     TrailingBytes,
@@ -25,13 +23,13 @@ from specpair.wire.errors import (
     UndeclaredEncoding,
     UnknownCode,
 )
-from specpair.wire.format import HEADER, Limits, check_u64
+from specpair.wire.format import Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
 from specpair.wire.qcheck import check_dense, check_sparse, check_tokens, sparse_ok
+from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
 
-_BODY = struct.Struct("<QII")  # round_id, n_items, reserved
 _ITEM = struct.Struct("<QBBHI")  # request_id, status, kind, depth, support
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
@@ -110,13 +108,7 @@ def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits) -> None:
 
 def encode_proposal(frame: ProposalFrame, limits: Limits) -> list[bytes]:
     """The body parts of a PROPOSAL (shapes, dtypes and limits checked)."""
-    if not 1 <= len(frame.items) <= limits.requests:
-        raise RequestLimit(f"{len(frame.items)} items; a frame holds 1..{limits.requests}")
-    check_u64(frame.round_id, "round_id")
-    parts = [_BODY.pack(frame.round_id, len(frame.items), 0)]
-    for it in frame.items:
-        _encode_item(it, parts, limits)
-    return parts
+    return encode_round(frame.round_id, frame.items, limits, _encode_item)
 
 
 def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFrame:
@@ -126,15 +118,7 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
     fixed stride, so one strided numpy view covers them all and one pass of checks
     serves the whole run (the per-item checks run only to name a failing item).
     """
-    off = HEADER.size
-    if off + _BODY.size > end:
-        raise Truncated("PROPOSAL body header is cut short")
-    round_id, n, reserved = _BODY.unpack_from(buf, off)
-    if reserved:
-        raise NonZeroReserved("PROPOSAL reserved field is not zero")
-    if not 1 <= n <= limits.requests:
-        raise RequestLimit(f"{n} items; a frame holds 1..{limits.requests}")
-    off += _BODY.size
+    round_id, n, off = decode_round(buf, end, "PROPOSAL", limits)
     items: list[DraftItem | None] = []
     runs: list[list[tuple[int, int, int, int, int]]] = []  # [(index, rid, k, s, offset)]
     seen: set[int] = set()

@@ -18,19 +18,18 @@ from specpair.wire.errors import (
     FeatureLimit,
     FeatureMismatch,
     NonZeroReserved,
-    RequestLimit,
     TokenLimit,
     TokenOutOfRange,
     TrailingBytes,
     Truncated,
 )
-from specpair.wire.format import DTYPE_CODES, HEADER, Limits, check_u64, dtype_code
+from specpair.wire.format import DTYPE_CODES, Limits, check_u64, dtype_code
 from specpair.wire.frames import Hello, Propose, ProposeItem, RequestParams
 from specpair.wire.qcheck import check_tokens
+from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_propose", "decode_propose", "check_params", "check_counts"]
 
-_BODY = struct.Struct("<QII")  # round_id, n_items, reserved
 # request_id, position, n_new, num_accepted, depth, feature_dtype, reserved, feature_width,
 # temperature, top_p, top_k, seed
 _ITEM = struct.Struct("<QQIIHBBIffqq")
@@ -101,26 +100,12 @@ def _encode_item(it: ProposeItem, parts: list[bytes], limits: Limits) -> None:
 
 def encode_propose(frame: Propose, limits: Limits) -> list[bytes]:
     """The body parts of a PROPOSE (shapes, dtypes, params and limits checked)."""
-    if not 1 <= len(frame.items) <= limits.requests:
-        raise RequestLimit(f"{len(frame.items)} items; a frame holds 1..{limits.requests}")
-    check_u64(frame.round_id, "round_id")
-    parts = [_BODY.pack(frame.round_id, len(frame.items), 0)]
-    for it in frame.items:
-        _encode_item(it, parts, limits)
-    return parts
+    return encode_round(frame.round_id, frame.items, limits, _encode_item)
 
 
 def decode_propose(buf, end: int, hello: Hello, limits: Limits) -> Propose:
     """Decode and check a PROPOSE body in ``buf[16:end]`` against ``hello``."""
-    off = HEADER.size
-    if off + _BODY.size > end:
-        raise Truncated("PROPOSE body header is cut short")
-    round_id, n, reserved = _BODY.unpack_from(buf, off)
-    if reserved:
-        raise NonZeroReserved("PROPOSE reserved field is not zero")
-    if not 1 <= n <= limits.requests:
-        raise RequestLimit(f"{n} items; a frame holds 1..{limits.requests}")
-    off += _BODY.size
+    round_id, n, off = decode_round(buf, end, "PROPOSE", limits)
     items, seen = [], set()
     for _ in range(n):
         it, off = _decode_item(buf, off, end, hello, limits)

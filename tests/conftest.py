@@ -1,0 +1,26 @@
+"""Fixtures shared across test folders."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory):
+    """The default tiny pair (seed 0), generated once per session (a TinyPair)."""
+    from specpair.models.tiny import make_tiny  # transformers: only where a test asks
+
+    return make_tiny(Path(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Run a test's tiny models on one torch thread (restored after each test): a
+    128-wide model gains nothing from more, and on a busy 2-core machine extra OpenMP
+    threads spin (measured: the acceptance test took 66 s with 2 threads, 5 s with 1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
