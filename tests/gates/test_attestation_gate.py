@@ -10,34 +10,15 @@ SPECPAIR_REQUIRE_OVERLAY=1 (set in the target image), where that is a failure.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from specpair.vllm.manifest import load_manifest
-from specpair.vllm.overlay import attestation_path, status, verify
-from specpair.vllm.shadow import installed_site
-
-REQUIRED = os.environ.get("SPECPAIR_REQUIRE_OVERLAY") == "1"
-
-
-def _site_or_skip():
-    site = installed_site()
-    why = None
-    if site is None:
-        why = "vLLM is not installed in this environment"
-    elif not attestation_path(site).is_file():
-        why = f"the specpair overlay is not applied to this environment's vLLM ({site})"
-    if why:
-        if REQUIRED:
-            pytest.fail(f"SPECPAIR_REQUIRE_OVERLAY=1 but {why}")
-        pytest.skip(why)
-    return site
+from specpair.vllm.overlay import status, verify
 
 
 @pytest.mark.gate
-def test_installed_vllm_matches_its_attestation():
-    site = _site_or_skip()
+def test_installed_vllm_matches_its_attestation(overlaid_site):
+    site = overlaid_site
     man = load_manifest()
     st = verify(site, man)  # raises ResultMismatch naming every drifted file
     assert st.state == "applied" and not st.problems
@@ -49,9 +30,9 @@ def test_installed_vllm_matches_its_attestation():
 
 
 @pytest.mark.gate
-def test_control_a_changed_byte_is_caught(tmp_path):
+def test_control_a_changed_byte_is_caught(overlaid_site, tmp_path):
     """Must-fail control: the same check on a copy with one patched byte changed fails."""
-    site = _site_or_skip()
+    site = overlaid_site
     from specpair.vllm.errors import ResultMismatch
     from specpair.vllm.shadow import shadow_copy
 

@@ -32,10 +32,10 @@ import pytest
 
 from specpair.models.tiny import make_tiny
 from specpair.vllm.manifest import load_manifest
-from specpair.vllm.overlay import attestation_path, status
+from specpair.vllm.overlay import status
 from specpair.vllm.patchfile import apply_file_patch, reverse
 from specpair.vllm.probe import RESULT_MARK
-from specpair.vllm.shadow import installed_site, shadow_copy
+from specpair.vllm.shadow import shadow_copy
 from specpair.vllm.twosample import two_sample_chi2
 
 FULL = os.environ.get("SPECPAIR_GATE_SIZE", "quick") == "full"
@@ -45,19 +45,6 @@ ALPHA = 1e-6
 INDICES = (1, 2, 3)
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27]]
 
-
-def _site_or_skip() -> Path:
-    site = installed_site()
-    why = None
-    if site is None:
-        why = "vLLM is not installed in this environment"
-    elif not attestation_path(site).is_file():
-        why = f"the specpair overlay is not applied to this environment's vLLM ({site})"
-    if why:
-        if os.environ.get("SPECPAIR_REQUIRE_OVERLAY") == "1":
-            pytest.fail(f"SPECPAIR_REQUIRE_OVERLAY=1 but {why}")
-        pytest.skip(why)
-    return site
 
 
 def _probe(tmp: Path, name: str, model: Path, env: dict, pythonpath: Path | None = None,
@@ -83,8 +70,8 @@ def _checks(a, b):
 
 @pytest.mark.gate
 @pytest.mark.slow
-def test_remote_speculation_keeps_vllms_output_law(tmp_path):
-    site = _site_or_skip()
+def test_remote_speculation_keeps_vllms_output_law(overlaid_site, tmp_path):
+    site = overlaid_site
     pair = make_tiny(tmp_path / "tiny")
     remote = {"SPECPAIR_DRAFTER": f"inproc:{pair.draft}"}
     common = dict(prompts=PROMPTS, greedy_tokens=16, samples=N, sample_tokens=4)

