@@ -35,10 +35,8 @@ import torch
 __all__ = ["Stream", "philox4x32", "uniform"]
 
 _M32 = np.uint64(0xFFFFFFFF)
-_PHILOX_M0 = np.uint64(0xD2511F53)
-_PHILOX_M1 = np.uint64(0xCD9E8D57)
-_PHILOX_W0 = np.uint64(0x9E3779B9)
-_PHILOX_W1 = np.uint64(0xBB67AE85)
+_MULT = np.array([[0xD2511F53], [0xCD9E8D57]], dtype=np.uint64)  # Philox M0, M1
+_WEYL = np.array([[0x9E3779B9], [0xBB67AE85]], dtype=np.uint64)  # Philox W0, W1
 _SHIFT = np.uint64(32)
 _ROUNDS = 10
 
@@ -58,17 +56,22 @@ def philox4x32(
     """Philox4x32-10 on uint64 arrays holding 32-bit words (broadcasting).
 
     The 32x32 -> 64-bit products are exact in uint64, so the high and low words
-    are a shift and a mask; the arithmetic is the same on every machine.
+    are a shift and a mask; the arithmetic is the same on every machine. The
+    two lanes of a round, (c0, c2) and (c1, c3), are stacked so that each
+    round is a handful of numpy calls whatever the batch.
     """
-    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in counter)
-    k0, k1 = (np.asarray(k, dtype=np.uint64) for k in key)
+    *words, k0, k1 = np.broadcast_arrays(*(np.asarray(w, dtype=np.uint64)
+                                           for w in (*counter, *key)))
+    shape = words[0].shape
+    even = np.stack([words[0].ravel(), words[2].ravel()])  # [2, N]: c0, c2
+    odd = np.stack([words[1].ravel(), words[3].ravel()])  # [2, N]: c1, c3
+    k = np.stack([k0.ravel(), k1.ravel()])  # [2, N]: k0, k1
     for _ in range(_ROUNDS):
-        p0 = c0 * _PHILOX_M0
-        p1 = c2 * _PHILOX_M1
-        c0, c1, c2, c3 = (p1 >> _SHIFT) ^ c1 ^ k0, p1 & _M32, (p0 >> _SHIFT) ^ c3 ^ k1, p0 & _M32
-        k0 = (k0 + _PHILOX_W0) & _M32
-        k1 = (k1 + _PHILOX_W1) & _M32
-    return c0, c1, c2, c3
+        p = even * _MULT  # c0 * M0, c2 * M1
+        # c0' = hi(c2 M1) ^ c1 ^ k0, c2' = hi(c0 M0) ^ c3 ^ k1; c1' = lo(c2 M1), c3' = lo(c0 M0)
+        even, odd = (p >> _SHIFT)[::-1] ^ odd ^ k, (p & _M32)[::-1]
+        k = (k + _WEYL) & _M32
+    return tuple(w.reshape(shape) for w in (even[0], odd[0], even[1], odd[1]))
 
 
 def _u32(name: str, value: torch.Tensor | np.ndarray | int) -> np.ndarray:

@@ -105,14 +105,14 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     Greedy rows (T == 0) get the point mass at the argmax (log 1 = 0).
     Truncated rows equal ``truncated_law`` scattered into the vocabulary.
     """
+    assert logits.ndim in (2, 3) and logits.shape[0] == params.batch, (
+        f"logits {tuple(logits.shape)} vs batch {params.batch}")
+    sparse = params.truncated() | params.greedy
+    if not bool(sparse.any()):  # the common case: temperature only, one fused pass
+        return torch.log_softmax(_scaled(logits, params), dim=-1)
     if logits.ndim == 3:
         b, n, v = logits.shape
         return process_logits(logits.reshape(b * n, v), params.expand(n)).reshape(b, n, v)
-    assert logits.ndim == 2 and logits.shape[0] == params.batch, (
-        f"logits {tuple(logits.shape)} vs batch {params.batch}")
-    sparse = params.truncated() | params.greedy
-    if not bool(sparse.any()):
-        return torch.log_softmax(_scaled(logits, params), dim=-1)
     out = torch.full(logits.shape, float("-inf"), dtype=torch.float32, device=logits.device)
     rows = sparse.nonzero().squeeze(1)
     vals, ids = truncated_law(logits[rows], params.select(rows))
@@ -159,10 +159,10 @@ def truncated_law(
 
 
 def _scaled(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """fp32 logits / T (greedy rows: T = 1); no pass at all when every T is 1."""
+    """fp32 logits [B, ...] / T (greedy rows: T = 1); no pass at all when every T is 1."""
     x = logits.float()
     t = torch.where(params.greedy, 1.0, params.temperature).to(x.device)
-    return x if bool((t == 1).all()) else x / t.unsqueeze(1)
+    return x if bool((t == 1).all()) else x / t.view(-1, *[1] * (x.ndim - 1))
 
 
 def _top_k_mask(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -101,8 +101,12 @@ def verify(
     if bool(bad.any()):
         raise InvalidProposal(f"q(d) = 0 for a drafted token in requests "
                               f"{bad.nonzero().flatten().tolist()}")
-    u = uniform(params.seed.unsqueeze(1), pos[:, :k], streams.accept)
-    accept = torch.log(u) < logp_d - logq_d
+    # Every uniform this round may need, in one call: ACCEPT at d_1..d_K, RECOVER at
+    # d_1..d_K (one is used, at the first rejection), BONUS at position K+1.
+    kinds = torch.tensor([int(streams.accept)] * k + [int(streams.recover)] * k
+                         + [int(streams.bonus)])
+    noise = uniform(params.seed.unsqueeze(1), torch.cat([pos[:, :k], pos], dim=1), kinds)
+    accept = torch.log(noise[:, :k]) < logp_d - logq_d
     if any_greedy:
         accept = torch.where(greedy.unsqueeze(1), drafts == argmax[:, :k], accept)
     accept &= ~dropped.unsqueeze(1)
@@ -114,8 +118,7 @@ def verify(
     p_j = logp.view(b * (k + 1), v).index_select(0, rows * (k + 1) + j)  # [B, V] fp32 log p_j
     w = p_j.exp()  # fp32 p_j: the law as the target computed it
     _subtract_q(w, proposal, rows, j, recovering & ~dropped)
-    stream = torch.where(recovering, int(streams.recover), int(streams.bonus))
-    stream_u = uniform(params.seed, pos[rows, j], stream)
+    stream_u = noise[rows, k + j]  # RECOVER at the rejected draft, or BONUS (j = K)
     last = sample_from_weights(w, stream_u)
     empty = last < 0  # p == q up to rounding: the rejection had probability ~0; draw from p
     if bool(empty.any()):
