@@ -95,8 +95,16 @@ image-lock-verify: venv ## Check every image lock resolves for its platform (arm
 # `make gates` itself runs them at full size.
 TEST_GATE_SIZE ?= quick
 
+# Free disk `make image-test` needs (measured peak use: see images/README.md "Disk").
+IMAGE_TEST_GB ?= 20
+
+.PHONY: image-prune
+image-prune: ## Remove untagged specpair images (Docker, buildah store) no container uses.
+	scripts/image-prune.sh
+
 .PHONY: image-test
 image-test: venv ## The image part of `make test` (verify, gates, power check).
+	scripts/disk-check.sh $(IMAGE_TEST_GB) "make image-test" build /var/lib/docker
 	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
 	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify rtx3090-drafter gb10-target
 	$(MAKE) --no-print-directory image-verify

@@ -19,6 +19,9 @@
 #   REUSE_CTX        1: build from the context the previous build of this image left [0]
 #   LAYERS           1: keep per-step layers as a build cache (buildah --layers) [0]; with vfs
 #                    every kept step copies the whole rootfs, so a cold build is much faster without
+# Disk: vfs keeps a full copy of the rootfs per layer (target: ~3.5 GB). Once an image is in Docker
+# the store's copy serves nothing (without LAYERS=1 it caches nothing), so after a push it is
+# removed from the store, with any untagged images earlier builds left there.
 # The locked wheels are downloaded on the host first (`pip download --require-hashes`, for the
 # image's platform; files already in WHEEL_CACHE are re-hashed, not fetched), then mounted into the
 # build, which installs them with --no-index: nothing in the build talks to an index (buildah's
@@ -143,4 +146,9 @@ if [ "${PUSH:-1}" = 1 ]; then
   fi
   echo ">> loaded into docker: $tag = $loaded ($(docker image inspect --format '{{.Size}}' "$tag" \
     | awk '{printf "%.2f GB", $1/1e9}'))"
+  if [ "${LAYERS:-0}" != 1 ]; then
+    buildah --root "$root" --runroot "$root.run" --storage-driver vfs rmi "localhost/$tag" >/dev/null
+    buildah --root "$root" --runroot "$root.run" --storage-driver vfs rmi --prune >/dev/null
+    echo ">> store $root: $(du -sh "$root" | cut -f1) after removing the pushed image"
+  fi
 fi

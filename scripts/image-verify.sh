@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Prove the images are reproducible: build each twice, each time in a FRESH buildah store (no
-# shared layers, no build cache; only pip's download cache is shared, and every wheel is
+# shared layers, no build cache; only the wheel cache is shared, and every wheel is
 # hash-checked), and fail unless the image IDs (config digests, which name every layer's
 # uncompressed digest) and the manifest digests match. The base rootfs is rebuilt too and must
 # match its locked sha256. On success the first build's images are loaded into Docker.
+# Disk: a vfs store holds a full rootfs copy per layer (target ~3.5 GB, more while committing), so
+# the two builds run one after the other in the same (emptied) directory: build 1 goes to Docker
+# under the tag TAG-unverified and its store is removed before build 2 starts; TAG moves to it
+# only when every role's two builds match.
 #
 # Usage: scripts/image-verify.sh PROFILE ROLE...     e.g. scripts/image-verify.sh cpu drafter target
-# Environment: as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE, PIP_CACHE); VERIFY_DIR (default
-# build/images/verify) holds the two stores; KEEP_STORE=1 keeps the first store (a warm cache).
+# Environment: as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE, WHEEL_CACHE); VERIFY_DIR (default
+# build/images/verify) holds the store while a build runs, and the IDs, digests and times after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,19 +32,30 @@ rm -rf "$dir"
 mkdir -p "$dir"
 summary=()
 fail=0
+store=$(realpath "$dir")/store
+scripts/docker-up.sh >/dev/null
+drop_unverified() {
+  for role in "$@"; do docker rmi "specpair-$role:$profile-unverified" >/dev/null 2>&1 || true; done
+}
+trap 'rm -rf "$store" "$store.run"' EXIT
 for role in "$@"; do
   for n in 1 2; do
-    echo ">> [$role/$profile] build $n of 2 in a fresh store $dir/store$n"
+    echo ">> [$role/$profile] build $n of 2 in a fresh store $store"
+    rm -rf "$store" "$store.run"
     s=$(date +%s)
     # The second build reuses the first one's context snapshot and revision: same inputs, even
     # when the working tree moves meanwhile (a shared checkout).
-    BUILDAH_ROOT=$(realpath "$dir")/store$n PUSH=0 IID_FILE="$dir/$role-$n.iid" \
+    BUILDAH_ROOT=$store PUSH=0 IID_FILE="$dir/$role-$n.iid" \
       REUSE_CTX=$(( n - 1 )) scripts/image-build.sh "$role" "$profile" "specpair-$role:$profile"
     echo "$(( $(date +%s) - s ))" > "$dir/$role-$n.seconds"
-    buildah --root "$(realpath "$dir")/store$n" --runroot "$(realpath "$dir")/store$n.run" \
-      --storage-driver vfs images --digests --format '{{.Digest}}' \
-      "localhost/specpair-$role:$profile" > "$dir/$role-$n.digest"
+    buildah --root "$store" --runroot "$store.run" --storage-driver vfs images --digests \
+      --format '{{.Digest}}' "localhost/specpair-$role:$profile" > "$dir/$role-$n.digest"
+    if [ $n = 1 ]; then
+      buildah --root "$store" --runroot "$store.run" --storage-driver vfs push --quiet \
+        "localhost/specpair-$role:$profile" "docker-daemon:specpair-$role:$profile-unverified"
+    fi
   done
+  rm -rf "$store" "$store.run"
   id1=$(cat "$dir/$role-1.iid"); id2=$(cat "$dir/$role-2.iid")
   d1=$(cat "$dir/$role-1.digest"); d2=$(cat "$dir/$role-2.digest")
   line="$role/$profile: ID $id1 vs $id2; manifest $d1 vs $d2;"
@@ -56,18 +71,20 @@ done
 echo ">> reproducibility (profile $profile):"
 printf '   %s\n' "${summary[@]}"
 if [ $fail = 1 ]; then
+  drop_unverified "$@"
   echo "error: two builds from the same inputs differ (see above); not loading them" >&2
   exit 1
 fi
-scripts/docker-up.sh >/dev/null
 for role in "$@"; do
-  buildah --root "$(realpath "$dir")/store1" --runroot "$(realpath "$dir")/store1.run" \
-    --storage-driver vfs push --quiet "localhost/specpair-$role:$profile" \
-    "docker-daemon:specpair-$role:$profile"
-  loaded=$(docker image inspect --format '{{.Id}}' "specpair-$role:$profile")
-  [ "$loaded" = "$(cat "$dir/$role-1.iid")" ] || [ "$loaded" = "sha256:$(cat "$dir/$role-1.iid")" ] \
-    || { echo "error: docker loaded specpair-$role:$profile as $loaded" >&2; exit 1; }
+  tmp="specpair-$role:$profile-unverified"
+  loaded=$(docker image inspect --format '{{.Id}}' "$tmp")
+  iid=$(cat "$dir/$role-1.iid")
+  if [ "${loaded#sha256:}" != "${iid#sha256:}" ]; then
+    drop_unverified "$@"
+    echo "error: docker loaded $tmp as $loaded, buildah built $(cat "$dir/$role-1.iid")" >&2
+    exit 1
+  fi
+  docker tag "$tmp" "specpair-$role:$profile"
   echo ">> loaded specpair-$role:$profile = $loaded"
 done
-rm -rf "$dir/store2" "$dir/store2.run"
-[ "${KEEP_STORE:-0}" = 1 ] || rm -rf "$dir/store1" "$dir/store1.run"
+drop_unverified "$@"

@@ -48,3 +48,16 @@ def test_image_lock_refuses_an_unknown_image():
                            "tpu-target"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown image(s) ['tpu-target']" in proc.stderr
+
+
+def test_disk_check_names_the_shortfall(tmp_path):
+    proc = _run("disk-check.sh", "1000000", "the job", str(tmp_path / "not" / "yet"))
+    assert proc.returncode == 1
+    assert "the job needs about 1000000 GB free on the filesystem of" in proc.stderr
+    assert f"{tmp_path}; it has " in proc.stderr  # the nearest existing parent, with its free GB
+
+
+def test_disk_check_passes_what_fits(tmp_path):
+    proc = _run("disk-check.sh", "0", "the job", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "GB free on the filesystem of" in proc.stdout
