@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -25,7 +26,12 @@ from specpair.wire.errors import (
 )
 from specpair.wire.format import Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
-from specpair.wire.qcheck import check_dense, check_sparse, check_tokens, sparse_ok
+from specpair.wire.qcheck import (
+    check_dense,
+    check_sparse,
+    check_tokens,
+    sparse_ok,
+)
 from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
@@ -33,82 +39,113 @@ __all__ = ["encode_proposal", "decode_proposal"]
 _ITEM = struct.Struct("<QBBHI")  # request_id, status, kind, depth, support
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
+_OK, _SPARSE = ItemStatus.OK, QKind.SPARSE
+_from_numpy = torch.from_numpy
+_ZERO4 = bytes(4)
+_NP_DTYPE = {torch.float32: np.dtype(np.float32), torch.int64: np.dtype(np.int64)}
+_TOKENS: dict[int, Callable[..., bytes]] = {}  # K -> pack of K i32 and their padding
 _INT32_MAX = (1 << 31) - 1
 _STATUS_OF = {int(s): s for s in ItemStatus}
 _KIND_OF = {int(k): k for k in QKind}
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
 
 
-def _np(t: torch.Tensor | None, dtype: torch.dtype, shape: tuple[int, ...], what: str):
+def _np(t: torch.Tensor | None, dtype: torch.dtype, what: str) -> np.ndarray:
+    """A numpy view of ``t`` (a copy when it needs grad or is not on the CPU), which must
+    be a ``dtype`` tensor. One call into torch: shapes are read from the view."""
     if t is None:
         raise BadShape(f"{what} is missing")
-    if t.dtype != dtype:
-        raise BadDtype(f"{what} must be {dtype}, got {t.dtype}")
-    if t.shape != shape:
-        raise BadShape(f"{what} must have shape {list(shape)}, got {list(t.shape)}")
     try:
-        return t.numpy()
-    except (RuntimeError, TypeError):  # requires grad, or not on the CPU
-        return t.detach().cpu().numpy()
+        a = t.numpy()
+    except (RuntimeError, TypeError):  # needs grad, not on the CPU, or no numpy dtype
+        if t.dtype != dtype:
+            raise BadDtype(f"{what} must be {dtype}, got {t.dtype}") from None
+        a = t.detach().cpu().numpy()
+    if a.dtype != _NP_DTYPE[dtype]:
+        raise BadDtype(f"{what} must be {dtype}, got {t.dtype}")
+    return a
 
 
-def _tokens_i32(t: torch.Tensor, k: int) -> bytes:
-    if t.dtype != torch.int64:
-        raise BadDtype(f"tokens must be int64, got {t.dtype}")
-    tl = t.tolist()
+def _tokens_i32(toks: np.ndarray) -> bytes:
+    """[K] int64 drafted ids as i32 bytes, zero-padded to 8."""
+    tl = toks.tolist()
     if min(tl) < 0 or max(tl) > _INT32_MAX:
         raise TokenOutOfRange("drafted token ids must lie in [0, 2^31)")
-    return struct.pack(f"<{k}i", *tl)
+    k = len(tl)
+    pack = _TOKENS.get(k)
+    if pack is None:
+        pack = _TOKENS[k] = struct.Struct(f"<{k}i{(k & 1) * 4}x").pack
+    return pack(*tl)
 
 
 def _as_i32(a: np.ndarray, lo: int, what: str) -> bytes:
     # a - lo as uint64 maps [lo, 2^31) onto [0, 2^31 - lo) and everything else above it
-    if a.size and int(np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
+    if int(np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
         raise TokenOutOfRange(f"{what} must lie in [{lo}, 2^31)")
     return a.astype(_I32).tobytes()
 
 
-def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits) -> None:
+def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits,
+                 support: list[tuple[int, np.ndarray]]) -> None:
+    """Append ``it``'s bytes to ``parts``; a SPARSE item's support ids go into ``support``
+    as (slot in ``parts``, int64 ids), for ``encode_proposal`` to check and cast."""
     check_u64(it.request_id, "request_id")
-    if it.status != ItemStatus.OK:
+    kind = it.kind
+    if it.status != _OK:
         if it.tokens.numel() or it.q_logp is not None or it.q_ids is not None:
             raise BadShape(f"request {it.request_id}: a {it.status.name} item carries "
                            "no tokens or q")
-        parts.append(_ITEM.pack(it.request_id, it.status, it.kind, 0, 0))
+        parts.append(_ITEM.pack(it.request_id, it.status, kind, 0, 0))
         return
-    if it.tokens.ndim != 1 or not 1 <= it.tokens.shape[0] <= limits.depth:
+    tokens = _np(it.tokens, torch.int64, "tokens")
+    if tokens.ndim != 1 or not 1 <= tokens.shape[0] <= limits.depth:
         raise DepthLimit(f"request {it.request_id}: tokens must be [K] with 1 <= K <= "
-                         f"{limits.depth}, got {list(it.tokens.shape)}")
-    k = it.tokens.shape[0]
-    toks = _tokens_i32(it.tokens, k)
-    if it.kind == QKind.POINT_MASS:
+                         f"{limits.depth}, got {list(tokens.shape)}")
+    k = tokens.shape[0]
+    toks = _tokens_i32(tokens)
+    if kind == QKind.POINT_MASS:
         if it.q_logp is not None or it.q_ids is not None:
             raise BadShape("POINT_MASS carries no q tensors")
-        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, 0))
-        append_block(parts, toks)
+        parts += (_ITEM.pack(it.request_id, 0, kind, k, 0), toks)
         return
-    if it.q_logp is None or it.q_logp.ndim != 2:
-        raise BadShape(f"request {it.request_id}: q_logp must be [K, S|V] fp32")
-    width = it.q_logp.shape[1]
-    lp = _np(it.q_logp, torch.float32, (k, width), "q_logp")
-    if it.kind == QKind.SPARSE:
+    lp = _np(it.q_logp, torch.float32, "q_logp")
+    shape = lp.shape
+    if len(shape) != 2 or shape[0] != k:
+        raise BadShape(f"request {it.request_id}: q_logp must be [K={k}, S|V] fp32, "
+                       f"got {list(shape)}")
+    width = shape[1]
+    if kind == _SPARSE:
         if not 1 <= width <= limits.support:
             raise SupportLimit(f"SPARSE support {width} outside 1..{limits.support}")
-        ids = _as_i32(_np(it.q_ids, torch.int64, (k, width), "q_ids"), -1, "support ids")
-        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, width))
-        append_block(parts, toks)
-        append_block(parts, ids)
-    else:
-        if it.q_ids is not None:
-            raise BadShape("DENSE carries no q_ids")
-        parts.append(_ITEM.pack(it.request_id, 0, it.kind, k, 0))
-        append_block(parts, toks)
+        ids = _np(it.q_ids, torch.int64, "q_ids")
+        if ids.shape != shape:
+            raise BadShape(f"q_ids must have shape {list(shape)}, got {list(ids.shape)}")
+        pad = _ZERO4 if k * width & 1 else b""
+        parts += (_ITEM.pack(it.request_id, 0, kind, k, width), toks)
+        support.append((len(parts), ids))
+        parts += (b"", pad, lp.astype(_F32, copy=False).tobytes(), pad)
+        return
+    if it.q_ids is not None:
+        raise BadShape("DENSE carries no q_ids")
+    parts += (_ITEM.pack(it.request_id, 0, kind, k, 0), toks)
     append_block(parts, lp.astype(_F32, copy=False).tobytes())
 
 
 def encode_proposal(frame: ProposalFrame, limits: Limits) -> list[bytes]:
-    """The body parts of a PROPOSAL (shapes, dtypes and limits checked)."""
-    return encode_round(frame.round_id, frame.items, limits, _encode_item)
+    """The body parts of a PROPOSAL (shapes, dtypes and limits checked). The support ids
+    of all SPARSE items are range-checked and cast to i32 together, after the items."""
+    support: list[tuple[int, np.ndarray]] = []
+    parts = encode_round(frame.round_id, frame.items, limits,
+                         lambda it, parts, lim: _encode_item(it, parts, lim, support))
+    if support:
+        every = support[0][1] if len(support) == 1 else np.concatenate(
+            [a for _, a in support], axis=None)
+        blob = _as_i32(every, -1, "support ids")
+        at = 0
+        for slot, a in support:
+            parts[slot] = blob[at:at + 4 * a.size]
+            at += 4 * a.size
+    return parts
 
 
 def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFrame:
@@ -119,34 +156,34 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
     serves the whole run (the per-item checks run only to name a failing item).
     """
     round_id, n, off = decode_round(buf, end, "PROPOSAL", limits)
-    items: list[DraftItem | None] = []
-    runs: list[list[tuple[int, int, int, int, int]]] = []  # [(index, rid, k, s, offset)]
+    caps = min(limits.depth, hello.max_depth), min(limits.support, hello.max_support)
+    items: list[DraftItem | None] = [None] * n
+    runs: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # K, S, offset, [(i, rid)]
     seen: set[int] = set()
     for i in range(n):
-        rid, item, nxt = _decode_item(buf, off, end, hello, limits)
+        rid, item, nxt = _decode_item(buf, off, end, hello, caps)
         if rid in seen:
             raise DuplicateRequest(f"request {rid} appears twice in one PROPOSAL")
         seen.add(rid)
-        if isinstance(item, tuple):  # SPARSE (K, S): checked below, run by run
-            k, s = item
-            item = None
-            last = runs[-1][-1] if runs else None
-            if last is not None and last[0] == i - 1 and last[2:4] == (k, s):
-                runs[-1].append((i, rid, k, s, off))
+        if item.__class__ is tuple:  # SPARSE (K, S): checked below, run by run
+            if runs and runs[-1][3][-1][0] == i - 1 and runs[-1][:2] == item:
+                runs[-1][3].append((i, rid))
             else:
-                runs.append([(i, rid, k, s, off)])
-        items.append(item)
+                runs.append((*item, off, [(i, rid)]))
+        else:
+            items[i] = item
         off = nxt
     if off != end:
         raise TrailingBytes(f"PROPOSAL has {end - off} bytes after its last item")
-    for run in runs:
-        _sparse_run(buf, run, hello.vocab_size, items)
-    return ProposalFrame(round_id=round_id, items=tuple(items))
+    for k, s, first, run in runs:
+        _sparse_run(buf, run, k, s, first, hello.vocab_size, items)
+    return ProposalFrame(round_id, tuple(items))
 
 
-def _sparse_run(buf, run, vocab: int, items: list) -> None:
-    """Check a run of consecutive SPARSE items of one (K, S); put them into ``items``."""
-    _, _, k, s, first = run[0]
+def _sparse_run(buf, run: list[tuple[int, int]], k: int, s: int, first: int, vocab: int,
+                items: list) -> None:
+    """Check a run of consecutive SPARSE items of one (K, S) that starts at offset
+    ``first``; put them into ``items``."""
     pt, pq = _aligned(4 * k), _aligned(4 * k * s)
     stride = _ITEM.size + pt + 2 * pq  # every item of the run has this size
     n = len(run)
@@ -155,24 +192,39 @@ def _sparse_run(buf, run, vocab: int, items: list) -> None:
     ids = np.ndarray((n, k, s), _I32, buf, base + pt, (stride, 4 * s, 4))
     lp = np.ndarray((n, k, s), _F32, buf, base + pt + pq, (stride, 4 * s, 4))
     if not sparse_ok(toks, ids, lp, vocab):
-        for j, (_, rid, *_) in enumerate(run):
+        for j, (_, rid) in enumerate(run):
             try:
                 check_sparse(toks[j], ids[j], lp[j], vocab)
             except DecodeError as exc:
                 raise type(exc)(f"request {rid}: {exc}") from None
     toks64, ids64, lp32 = toks.astype(np.int64), ids.astype(np.int64), lp.copy()
-    for j, (i, rid, *_) in enumerate(run):
-        items[i] = DraftItem(rid, ItemStatus.OK, torch.from_numpy(toks64[j]), QKind.SPARSE,
-                             torch.from_numpy(lp32[j]), torch.from_numpy(ids64[j]))
+    for j, (i, rid) in enumerate(run):
+        items[i] = DraftItem(rid, _OK, _from_numpy(toks64[j]), _SPARSE, _from_numpy(lp32[j]),
+                             _from_numpy(ids64[j]))
 
 
 def _aligned(n: int) -> int:
     return n + (-n % 8)
 
 
+def _sparse_end(buf, off: int, end: int, k: int, s: int) -> int:
+    """The offset after a SPARSE item's tokens, ids and log q blocks at ``off`` (each
+    within the frame, each zero-padded to 8; block sizes are multiples of 4)."""
+    nt, nq = 4 * k, 4 * k * s
+    pt, pq = nt + (nt & 4), nq + (nq & 4)
+    nxt = off + pt + 2 * pq
+    if nxt <= end and (pt == nt or buf[off + nt:off + pt] == _ZERO4) and (
+            pq == nq or buf[off + pt + nq:off + pt + pq] == _ZERO4 == buf[nxt - 4:nxt]):
+        return nxt
+    off = block_end(buf, off, nt, end, "drafted tokens")  # names the failure
+    off = block_end(buf, off, nq, end, "support ids")
+    return block_end(buf, off, nq, end, "SPARSE log q")
+
+
 def _decode_item(buf, off: int, end: int, hello: Hello,
-                 limits: Limits) -> tuple[int, DraftItem | tuple[int, int], int]:
-    """(request id, the item or for a SPARSE one still to check its (K, S), next offset)."""
+                 caps: tuple[int, int]) -> tuple[int, DraftItem | tuple[int, int], int]:
+    """(request id, the item or for a SPARSE one still to check its (K, S), next offset).
+    ``caps``: the largest K and S allowed (the limits and the HELLO's, whichever is less)."""
     if off + _ITEM.size > end:
         raise Truncated("PROPOSAL item header is cut short")
     rid, status, kind, k, s = _ITEM.unpack_from(buf, off)
@@ -185,7 +237,7 @@ def _decode_item(buf, off: int, end: int, hello: Hello,
             raise BadShape(f"request {rid}: a non-OK item must have depth 0 and support 0")
         tokens = torch.from_numpy(_NO_TOKENS.copy())
         return rid, DraftItem(rid, status, tokens, kind, None, None), off
-    cap = min(limits.depth, hello.max_depth)
+    cap = caps[0]
     if not 1 <= k <= cap:
         raise DepthLimit(f"request {rid}: depth {k} outside 1..{cap}")
     if kind not in hello.q_encodings or (kind == QKind.POINT_MASS
@@ -193,13 +245,11 @@ def _decode_item(buf, off: int, end: int, hello: Hello,
         raise UndeclaredEncoding(f"request {rid}: q encoding {kind.name} was not declared "
                                  f"by a {hello.mode.name} drafter")
     v = hello.vocab_size
-    if kind == QKind.SPARSE:
-        cap = min(limits.support, hello.max_support)
+    if kind == _SPARSE:
+        cap = caps[1]
         if not 1 <= s <= cap:
             raise SupportLimit(f"request {rid}: SPARSE support {s} outside 1..{cap}")
-        off = block_end(buf, off, 4 * k, end, "drafted tokens")
-        off = block_end(buf, off, 4 * k * s, end, "support ids")
-        return rid, (k, s), block_end(buf, off, 4 * k * s, end, "SPARSE log q")
+        return rid, (k, s), _sparse_end(buf, off, end, k, s)
     toks, off = view(buf, off, _I32, k, end, "drafted tokens")
     if s:
         raise SupportLimit(f"request {rid}: {kind.name} items carry support 0, got {s}")

@@ -46,6 +46,8 @@ __all__ = [
 MAGIC = b"SPWR"
 VERSION = 1
 HEADER = struct.Struct("<4sHBBII")  # magic, version, kind, flags, body_len, crc32c
+_HEAD12 = struct.Struct("<4sHBBI")  # HEADER without its crc32c: the bytes the crc covers first
+_U32 = struct.Struct("<I")
 PREAUTH_FRAME_BYTES = 4096  # frames before authentication, header included
 NORM_TOLERANCE = 1e-3  # |sum(exp(log q)) - 1| allowed per position
 
@@ -128,9 +130,8 @@ def check_crc(buf, body_len: int, crc: int) -> None:
 
 def seal(kind: Kind, body: bytes) -> bytes:
     """Prefix ``body`` (a multiple of 8 bytes) with its header and checksum."""
-    head = HEADER.pack(MAGIC, VERSION, kind, 0, len(body), 0)[:12]
-    crc = crc32c.crc32c(body, crc32c.crc32c(head))
-    return head + crc.to_bytes(4, "little") + body
+    head = _HEAD12.pack(MAGIC, VERSION, kind, 0, len(body))
+    return b"".join((head, _U32.pack(crc32c.crc32c(body, crc32c.crc32c(head))), body))
 
 
 def check_u64(value: int, what: str) -> None:

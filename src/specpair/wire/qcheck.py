@@ -24,6 +24,7 @@ __all__ = ["check_tokens", "check_sparse", "sparse_ok", "check_dense"]
 
 _ONE = np.uint32(1)
 _LOG_CAP = np.float32(1.0)
+_F64 = np.dtype(np.float64)
 
 
 def check_tokens(toks: np.ndarray, vocab: int, what: str = "drafted token") -> None:
@@ -36,7 +37,8 @@ def check_tokens(toks: np.ndarray, vocab: int, what: str = "drafted token") -> N
 def _mass(lp: np.ndarray) -> np.ndarray:
     """[K] float64 sum of q per position. log q is clamped at 1 first (a law has log q <= 0)
     so exp cannot overflow; NaN stays NaN, +inf becomes e > 1 + tolerance."""
-    return np.add.reduce(np.exp(np.minimum(lp, _LOG_CAP)), axis=-1, dtype=np.float64)
+    q = np.minimum(lp, _LOG_CAP)
+    return np.add.reduce(np.exp(q, out=q), axis=-1, dtype=_F64)
 
 
 def _normalized(lp: np.ndarray) -> bool:
