@@ -101,16 +101,16 @@ def decode(buf, hello: Hello | None = None, limits: Limits = LIMITS, *,
            authenticated: bool = True) -> Frame:
     """Decode one whole frame from ``buf`` (bytes-like, exactly one frame long)."""
     h = parse_header(buf, limits, authenticated=authenticated)
-    end = HEADER.size + h.body_len
-    if len(buf) < end:
-        raise Truncated(f"{h.kind.name} frame needs {end} bytes, got {len(buf)}")
-    if len(buf) > end:
-        raise TrailingBytes(f"{len(buf) - end} bytes follow the {h.kind.name} frame")
+    end, size = HEADER.size + h.body_len, len(buf)
+    if size < end:
+        raise Truncated(f"{h.kind.name} frame needs {end} bytes, got {size}")
+    if size > end:
+        raise TrailingBytes(f"{size - end} bytes follow the {h.kind.name} frame")
     check_crc(buf, h.body_len, h.crc)
-    if h.kind in (Kind.PROPOSE, Kind.PROPOSAL):
+    dec = _TOKEN_DECODERS.get(h.kind)
+    if dec is not None:
         if hello is None:
             raise NoHello(f"a {h.kind.name} frame carries token ids: decode it with the HELLO")
-        dec = decode_propose if h.kind == Kind.PROPOSE else decode_proposal
         return dec(buf, end, hello, limits)
     return _DECODERS[h.kind](buf, end, limits)
 
@@ -271,5 +271,6 @@ def _dec_error(buf, end: int, limits: Limits) -> ErrorFrame:
 
 _ENCODERS = {Kind.CHALLENGE: _enc_challenge, Kind.AUTH: _enc_auth, Kind.AUTH_OK: _enc_auth_ok,
              Kind.HELLO: _enc_hello, Kind.RELEASE: _enc_release, Kind.ERROR: _enc_error}
+_TOKEN_DECODERS = {Kind.PROPOSE: decode_propose, Kind.PROPOSAL: decode_proposal}  # need HELLO
 _DECODERS = {Kind.CHALLENGE: _dec_challenge, Kind.AUTH: _dec_auth, Kind.AUTH_OK: _dec_auth_ok,
              Kind.HELLO: _dec_hello, Kind.RELEASE: _dec_release, Kind.ERROR: _dec_error}

@@ -66,8 +66,10 @@ def _np(t: torch.Tensor | None, dtype: torch.dtype, what: str) -> np.ndarray:
     return a
 
 
-def _tokens_i32(toks: np.ndarray) -> bytes:
+def _tokens_i32(toks: torch.Tensor) -> bytes:
     """[K] int64 drafted ids as i32 bytes, zero-padded to 8."""
+    if toks.dtype != torch.int64:
+        raise BadDtype(f"tokens must be int64, got {toks.dtype}")
     tl = toks.tolist()
     if min(tl) < 0 or max(tl) > _INT32_MAX:
         raise TokenOutOfRange("drafted token ids must lie in [0, 2^31)")
@@ -79,8 +81,11 @@ def _tokens_i32(toks: np.ndarray) -> bytes:
 
 
 def _as_i32(a: np.ndarray, lo: int, what: str) -> bytes:
-    # a - lo as uint64 maps [lo, 2^31) onto [0, 2^31 - lo) and everything else above it
-    if int(np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
+    # As uint64, [0, 2^31) stays below 2^31 and negatives wrap above it, so one max proves
+    # the usual case (no padding); else a - lo maps [lo, 2^31) onto [0, 2^31 - lo) and
+    # everything else above it.
+    if int(np.maximum.reduce(a.view(np.uint64), axis=None)) > _INT32_MAX and int(
+            np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
         raise TokenOutOfRange(f"{what} must lie in [{lo}, 2^31)")
     return a.astype(_I32).tobytes()
 
@@ -97,12 +102,12 @@ def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits,
                            "no tokens or q")
         parts.append(_ITEM.pack(it.request_id, it.status, kind, 0, 0))
         return
-    tokens = _np(it.tokens, torch.int64, "tokens")
-    if tokens.ndim != 1 or not 1 <= tokens.shape[0] <= limits.depth:
+    shape = it.tokens.shape
+    if len(shape) != 1 or not 1 <= shape[0] <= limits.depth:
         raise DepthLimit(f"request {it.request_id}: tokens must be [K] with 1 <= K <= "
-                         f"{limits.depth}, got {list(tokens.shape)}")
-    k = tokens.shape[0]
-    toks = _tokens_i32(tokens)
+                         f"{limits.depth}, got {list(shape)}")
+    k = shape[0]
+    toks = _tokens_i32(it.tokens)
     if kind == QKind.POINT_MASS:
         if it.q_logp is not None or it.q_ids is not None:
             raise BadShape("POINT_MASS carries no q tensors")
