@@ -198,3 +198,20 @@ def test_encoder_refuses_bad_shapes_dtypes_and_wrapping_ids():
         encode(ProposalFrame(1, (dataclasses.replace(it, kind=QKind.DENSE),)))
     with pytest.raises(E.BadShape):
         encode(ProposalFrame(1 << 64, (it,)))
+
+
+def test_encoder_checks_the_support_ids_of_every_sparse_item_of_a_frame():
+    """The encoder range-checks all SPARSE items' ids in one pass: a bad id in any item is
+    refused, padding (-1) is not, and each item's bytes land in its own place."""
+    rng = np.random.default_rng(5)
+    items = [sparse_item(rng, r, 1000, 3, 8, ragged=r != 1) for r in range(3)]
+    full = [sparse_item(rng, 10 + r, 1000, 3, 8, ragged=False) for r in range(2)]
+    hello = make_hello(1000, max_depth=3, max_support=8)
+    data = roundtrip(ProposalFrame(1, (*items, *full)), hello)
+    alone = [encode(ProposalFrame(1, (it,)))[32:] for it in (*items, *full)]
+    assert data[32:] == b"".join(alone)
+    for bad in ((1 << 32) + 5, -2, 1 << 31):
+        ids = items[2].q_ids.clone()
+        ids[1, 0] = bad
+        with pytest.raises(E.TokenOutOfRange):
+            encode(ProposalFrame(1, (*items[:2], dataclasses.replace(items[2], q_ids=ids))))
