@@ -26,12 +26,7 @@ from specpair.wire.errors import (
 )
 from specpair.wire.format import Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
-from specpair.wire.qcheck import (
-    check_dense,
-    check_sparse,
-    check_tokens,
-    sparse_ok,
-)
+from specpair.wire.qcheck import check_dense, check_sparse, check_tokens, sparse_ok
 from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
