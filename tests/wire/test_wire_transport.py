@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -356,3 +357,37 @@ def test_killed_drafter_process_mid_round_then_restart():
     finally:
         p.terminate()
         assert p.wait(10) == 0  # clean shutdown on SIGTERM
+
+
+def test_shutdown_with_a_release_still_queued_logs_no_error():
+    """A target hangs up while the handler is busy, so the server's RELEASE of its requests
+    waits in the handler queue; the drafter then shuts down and cancels it. The connection
+    task must end quietly (Python 3.11's stream callback logs a cancelled task as an error)."""
+    from specpair.wire.server import WireServer
+
+    async def main() -> list[dict]:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        hello = trivial_hello(V)
+        server = WireServer(TrivialDrafter(hello), hello, KEY)
+        port = await server.start()
+
+        c = client(port)
+        out = await loop.run_in_executor(None, c.propose, [item(1, [5, 6], 2)], 5.0)
+        assert isinstance(out[0], DraftItem)
+        busy = threading.Event()
+        server._executor.submit(busy.wait, 5.0)  # the handler thread is busy elsewhere
+        c.close()  # the target hangs up holding request 1
+        for _ in range(200):  # until the hang-up's RELEASE waits behind the busy handler
+            if server._executor._work_queue.qsize():
+                break
+            await asyncio.sleep(0.01)
+        assert server._executor._work_queue.qsize(), "the RELEASE never got queued"
+        threading.Timer(0.2, busy.set).start()
+        await server.close()  # cancels the queued RELEASE
+        await asyncio.sleep(0.2)  # let the connection task and its stream callback finish
+        return errors
+
+    errors = asyncio.run(main())
+    assert errors == [], [e.get("message") for e in errors]

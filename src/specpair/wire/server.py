@@ -174,7 +174,10 @@ class WireServer:
             with contextlib.suppress(Exception):
                 writer.close()
             if seen and not self._closing:
-                with contextlib.suppress(Exception):
+                # A shutdown may cancel this RELEASE while it waits for the handler thread:
+                # then the connection ends quietly (Python 3.11's stream callback would log a
+                # cancelled handler task as an error).
+                with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor, self.handler.release, tuple(seen))
 
