@@ -109,7 +109,12 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
         f"logits {tuple(logits.shape)} vs batch {params.batch}")
     sparse = params.truncated() | params.greedy
     if not bool(sparse.any()):  # the common case: temperature only, one fused pass
-        return torch.log_softmax(_scaled(logits, params), dim=-1)
+        x = _scaled(logits, params)
+        if x is logits or x.requires_grad:
+            return torch.log_softmax(x, dim=-1)
+        # x is this call's own scaled copy: normalize it in place (the kernel reads each row
+        # before it writes it; the result is bit-identical) instead of allocating another.
+        return torch.log_softmax(x, dim=-1, out=x)
     if logits.ndim == 3:
         b, n, v = logits.shape
         return process_logits(logits.reshape(b * n, v), params.expand(n)).reshape(b, n, v)

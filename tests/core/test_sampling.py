@@ -61,6 +61,24 @@ def test_temperature_scales_before_softmax():
     assert torch.allclose(logp, torch.log_softmax(x / 0.6, -1), atol=1e-6)
 
 
+def test_temperature_only_law_is_bit_identical_and_leaves_the_logits_alone():
+    """The temperature-only path normalizes its scaled copy in place: the same bits as
+    log_softmax(x / T), and the caller's logits (fp32 or bf16, T = 1 or not) unchanged."""
+    for shape in ((3, 129_280), (2, 6, 129_280), (4, 7)):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape))) * 4
+        for dtype in (torch.float32, torch.bfloat16):
+            xd = x.to(dtype)
+            for temps in ([0.6] * shape[0], [1.0] * shape[0], [1.0, 0.3] + [2.0] * (shape[0] - 2)):
+                before = xd.clone()
+                t = torch.tensor(temps).view(-1, *[1] * (len(shape) - 1))
+                b = shape[0]
+                params = SamplingParams(torch.tensor(temps), torch.zeros(b, dtype=torch.int64),
+                                        torch.ones(b), torch.zeros(b, dtype=torch.int64))
+                logp = process_logits(xd, params)
+                assert torch.equal(logp, torch.log_softmax(xd.float() / t, dim=-1))
+                assert torch.equal(xd, before)
+
+
 def test_sparse_form_matches_the_dense_law():
     x = _logits(2, 4, 1000)
     params = SamplingParams(
