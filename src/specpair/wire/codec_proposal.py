@@ -10,7 +10,7 @@ import torch
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire.blocks import append_block, block_end, view
+from specpair.wire.blocks import ZERO8, append_block, block_end, view
 from specpair.wire.errors import (
     BadDtype,
     BadShape,
@@ -36,7 +36,7 @@ _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
 _OK, _SPARSE = ItemStatus.OK, QKind.SPARSE
 _from_numpy = torch.from_numpy
-_ZERO4 = bytes(4)
+_ZERO4 = ZERO8[:4]  # the padding after an odd number of 4-byte values
 _NP_DTYPE = {torch.float32: np.dtype(np.float32), torch.int64: np.dtype(np.int64)}
 _TOKENS: dict[int, Callable[..., bytes]] = {}  # K -> pack of K i32 and their padding
 _INT32_MAX = (1 << 31) - 1
@@ -211,7 +211,7 @@ def _sparse_end(buf, off: int, end: int, k: int, s: int) -> int:
     """The offset after a SPARSE item's tokens, ids and log q blocks at ``off`` (each
     within the frame, each zero-padded to 8; block sizes are multiples of 4)."""
     nt, nq = 4 * k, 4 * k * s
-    pt, pq = nt + (nt & 4), nq + (nq & 4)
+    pt, pq = _aligned(nt), _aligned(nq)
     nxt = off + pt + 2 * pq
     if nxt <= end and (pt == nt or buf[off + nt:off + pt] == _ZERO4) and (
             pq == nq or buf[off + pt + nq:off + pt + pq] == _ZERO4 == buf[nxt - 4:nxt]):
