@@ -34,10 +34,15 @@ summary=()
 fail=0
 store=$(realpath "$dir")/store
 scripts/docker-up.sh >/dev/null
-drop_unverified() {
-  for role in "$@"; do docker rmi "specpair-$role:$profile-unverified" >/dev/null 2>&1 || true; done
+roles=("$@")
+# On every exit: the store goes, and so do the TAG-unverified names (TAG itself, once moved, stays).
+cleanup() {
+  rm -rf "$store" "$store.run"
+  for role in "${roles[@]}"; do
+    docker rmi "specpair-$role:$profile-unverified" >/dev/null 2>&1 || true
+  done
 }
-trap 'rm -rf "$store" "$store.run"' EXIT
+trap cleanup EXIT
 for role in "$@"; do
   for n in 1 2; do
     echo ">> [$role/$profile] build $n of 2 in a fresh store $store"
@@ -71,7 +76,6 @@ done
 echo ">> reproducibility (profile $profile):"
 printf '   %s\n' "${summary[@]}"
 if [ $fail = 1 ]; then
-  drop_unverified "$@"
   echo "error: two builds from the same inputs differ (see above); not loading them" >&2
   exit 1
 fi
@@ -80,11 +84,9 @@ for role in "$@"; do
   loaded=$(docker image inspect --format '{{.Id}}' "$tmp")
   iid=$(cat "$dir/$role-1.iid")
   if [ "${loaded#sha256:}" != "${iid#sha256:}" ]; then
-    drop_unverified "$@"
-    echo "error: docker loaded $tmp as $loaded, buildah built $(cat "$dir/$role-1.iid")" >&2
+    echo "error: docker loaded $tmp as $loaded, buildah built $iid" >&2
     exit 1
   fi
   docker tag "$tmp" "specpair-$role:$profile"
   echo ">> loaded specpair-$role:$profile = $loaded"
 done
-drop_unverified "$@"
