@@ -6,14 +6,22 @@ venv=${1:-.venv}
 extras=${2:-dev}
 py=${PYTHON:-python3}
 
-if ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
+# apt_need WHAT PACKAGE...: install PACKAGEs with apt (root), or fail naming WHAT.
+apt_need() {
+  local what=$1; shift
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo ">> installing python3-venv (apt)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip
+    echo ">> installing $* (apt): $what"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
   else
-    echo "error: $py lacks venv/ensurepip; install python3-venv" >&2
+    echo "error: $py lacks $what; install $*" >&2
     exit 1
   fi
+}
+"$py" -c 'import venv, ensurepip' 2>/dev/null || apt_need "venv/ensurepip" python3-venv python3-pip
+# The wire's compiled SPARSE checks (pyproject ext-modules) need a C compiler and Python.h.
+if ! command -v cc >/dev/null || ! "$py" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  apt_need "a C compiler or Python.h" gcc python3-dev
 fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null

@@ -10,6 +10,7 @@ import torch
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
+from specpair.wire import _sparse
 from specpair.wire.blocks import ZERO8, append_block, block_end, view
 from specpair.wire.errors import (
     BadDtype,
@@ -24,9 +25,9 @@ from specpair.wire.errors import (
     UndeclaredEncoding,
     UnknownCode,
 )
-from specpair.wire.format import Limits, check_u64
+from specpair.wire.format import NORM_TOLERANCE, Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
-from specpair.wire.qcheck import check_dense, check_sparse, check_tokens, sparse_ok
+from specpair.wire.qcheck import check_dense, check_tokens, diagnose_sparse
 from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
@@ -76,13 +77,11 @@ def _tokens_i32(toks: torch.Tensor) -> bytes:
 
 
 def _as_i32(a: np.ndarray, lo: int, what: str) -> bytes:
-    # As uint64, [0, 2^31) stays below 2^31 and negatives wrap above it, so one max proves
-    # the usual case (no padding); else a - lo maps [lo, 2^31) onto [0, 2^31 - lo) and
-    # everything else above it.
-    if int(np.maximum.reduce(a.view(np.uint64), axis=None)) > _INT32_MAX and int(
-            np.maximum.reduce((a - lo).view(np.uint64), axis=None)) > _INT32_MAX - lo:
+    """int64 ``a`` as i32 bytes; every value must lie in [lo, 2^31)."""
+    blob = _sparse.i32(np.ascontiguousarray(a), lo)
+    if blob is None:
         raise TokenOutOfRange(f"{what} must lie in [{lo}, 2^31)")
-    return a.astype(_I32).tobytes()
+    return blob
 
 
 def _encode_item(it: DraftItem, parts: list[bytes], limits: Limits,
@@ -183,21 +182,25 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
 def _sparse_run(buf, run: list[tuple[int, int]], k: int, s: int, first: int, vocab: int,
                 items: list) -> None:
     """Check a run of consecutive SPARSE items of one (K, S) that starts at offset
-    ``first``; put them into ``items``."""
+    ``first``; put them into ``items``. One compiled pass checks and widens them all
+    (``_sparse.c``); only when it fails do the per-item numpy checks name the failure."""
     pt, pq = _aligned(4 * k), _aligned(4 * k * s)
     stride = _ITEM.size + pt + 2 * pq  # every item of the run has this size
     n = len(run)
     base = first + _ITEM.size
-    toks = np.ndarray((n, k), _I32, buf, base, (stride, 4))
-    ids = np.ndarray((n, k, s), _I32, buf, base + pt, (stride, 4 * s, 4))
-    lp = np.ndarray((n, k, s), _F32, buf, base + pt + pq, (stride, 4 * s, 4))
-    if not sparse_ok(toks, ids, lp, vocab):
+    toks64, ids64 = np.empty((n, k), np.int64), np.empty((n, k, s), np.int64)
+    lp32 = np.empty((n, k, s), np.float32)
+    if not _sparse.decode_run(buf, base, n, k, s, stride, vocab, NORM_TOLERANCE,
+                              toks64, ids64, lp32):
+        toks = np.ndarray((n, k), _I32, buf, base, (stride, 4))
+        ids = np.ndarray((n, k, s), _I32, buf, base + pt, (stride, 4 * s, 4))
+        lp = np.ndarray((n, k, s), _F32, buf, base + pt + pq, (stride, 4 * s, 4))
         for j, (_, rid) in enumerate(run):
             try:
-                check_sparse(toks[j], ids[j], lp[j], vocab)
+                diagnose_sparse(toks[j], ids[j], lp[j], vocab)
             except DecodeError as exc:
                 raise type(exc)(f"request {rid}: {exc}") from None
-    toks64, ids64, lp32 = toks.astype(np.int64), ids.astype(np.int64), lp.copy()
+        raise AssertionError("the compiled SPARSE check and its diagnosis disagree")
     for j, (i, rid) in enumerate(run):
         items[i] = DraftItem(rid, _OK, _from_numpy(toks64[j]), _SPARSE, _from_numpy(lp32[j]),
                              _from_numpy(ids64[j]))

@@ -1,9 +1,10 @@
 """Checks that a decoded q is a law the drafted tokens could have been drawn from.
 
-docs/wire.md section 3.4. Each check runs a short vectorized fast path over a
-whole item (a handful of numpy calls, no per-element Python); only when the
-fast path sees something wrong does ``_diagnose_*`` walk the checks in their
-documented order to raise the one specific error.
+docs/wire.md section 3.4. DENSE: a short vectorized fast path over the whole
+item (a handful of numpy calls); only when it sees something wrong do the
+``_raise_*`` checks walk the documented order to raise the one specific error.
+SPARSE: the fast path is compiled (``_sparse.c``, called by codec_proposal);
+``diagnose_sparse`` names its failures.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from specpair.wire.errors import (
 )
 from specpair.wire.format import NORM_TOLERANCE
 
-__all__ = ["check_tokens", "check_sparse", "sparse_ok", "check_dense"]
+__all__ = ["check_tokens", "diagnose_sparse", "check_dense"]
 
-_ONE = np.uint32(1)
 _LOG_CAP = np.float32(1.0)
-_F64 = np.dtype(np.float64)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def check_tokens(toks: np.ndarray, vocab: int, what: str = "drafted token") -> None:
@@ -34,66 +34,19 @@ def check_tokens(toks: np.ndarray, vocab: int, what: str = "drafted token") -> N
         raise TokenOutOfRange(f"{what} id {int(bad[0])} is outside [0, {vocab})")
 
 
-def _mass(lp: np.ndarray) -> np.ndarray:
-    """[K] float64 sum of q per position. log q is clamped at 1 first (a law has log q <= 0)
-    so exp cannot overflow; NaN stays NaN, +inf becomes e > 1 + tolerance."""
-    q = np.minimum(lp, _LOG_CAP)
+def _mass(lp: np.ndarray, dtype: np.dtype = _F32) -> np.ndarray:
+    """[K] float64 sum of q per position, exp taken in ``dtype``. log q is clamped at 1
+    first (a law has log q <= 0) so exp cannot overflow; NaN stays NaN, +inf becomes
+    e > 1 + tolerance."""
+    q = np.minimum(lp, _LOG_CAP, dtype=dtype)
     return np.add.reduce(np.exp(q, out=q), axis=-1, dtype=_F64)
 
 
-def _normalized(lp: np.ndarray) -> bool:
-    for t in _mass(lp).ravel().tolist():  # noqa: SIM110 - a loop: no generator on the hot path
-        if not abs(t - 1.0) <= NORM_TOLERANCE:  # NaN: not normalized
-            return False
-    return True
-
-
-def check_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
-    """toks [K] int32, ids [K, S] int32 (-1 pad), lp [K, S] fp32 log q."""
-    if not sparse_ok(toks, ids, lp, vocab):
-        _diagnose_sparse(toks, ids, lp, vocab)
-
-
-def sparse_ok(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> bool:
-    """The fast path of ``check_sparse``, for any leading batch dims: [..., K], [..., K, S]."""
-    if int(np.maximum.reduce(ids.view(np.uint32), axis=None)) < vocab:
-        # No padding (every row full, the usual top-k case) and every id in range.
-        ok = (
-            np.count_nonzero(np.isfinite(lp)) == lp.size  # also: no NaN reaches exp
-            and _distinct(ids)
-            and _normalized(lp)
-            # ids are distinct per row, so K hits <=> every drafted token is in its support
-            and np.count_nonzero(ids == toks[..., None]) == toks.size
-        )
-    else:
-        u = ids.view(np.uint32) + _ONE  # padding -> 0, valid -> 1..V, anything else > V
-        valid = u != 0
-        s = np.sort(u, axis=-1)  # padding first, then the valid ids ascending
-        ok = (
-            not np.count_nonzero(u > vocab)
-            and not np.count_nonzero(np.isfinite(lp) ^ valid)
-            and not np.count_nonzero(np.isnan(lp))  # before exp: a signalling NaN would warn
-            and not np.count_nonzero(valid[..., 1:] > valid[..., :-1])
-            and not np.count_nonzero(_adjacent_equal(s) & (s[..., 1:] != 0))
-            and _normalized(lp)
-            and np.count_nonzero(ids == toks[..., None]) == toks.size
-        )
-    return ok
-
-
-def _distinct(ids: np.ndarray) -> bool:
-    """Every row's ids are distinct. specpair's drafter ships them ascending, which
-    one comparison proves; any other order pays for a sort."""
-    if not np.count_nonzero(ids[..., 1:] <= ids[..., :-1]):
-        return True
-    return not np.count_nonzero(_adjacent_equal(np.sort(ids, axis=-1)))
-
-
-def _adjacent_equal(s: np.ndarray) -> np.ndarray:
-    return s[..., 1:] == s[..., :-1]
-
-
-def _diagnose_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
+def diagnose_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: int) -> None:
+    """Raise the first failing check of one SPARSE item, in the documented order (None
+    when it passes them all): toks [K] int32, ids [K, S] int32 (-1 pad), lp [K, S] fp32
+    log q. The fast path is compiled (``_sparse.c``); this names its failures, and
+    takes exp in float64 as it does, so both agree on the tolerance's edge."""
     check_tokens(toks, vocab)
     bad = (ids < -1) | (ids >= vocab)
     if bad.any():
@@ -112,12 +65,11 @@ def _diagnose_sparse(toks: np.ndarray, ids: np.ndarray, lp: np.ndarray, vocab: i
                                  "-inf at the padding")
         if np.unique(ids[k, :n]).size != n:
             raise DuplicateSupportId(f"position {k} lists a support id twice")
-    _raise_unnormalized(lp)
+    _raise_unnormalized(lp, _F64)
     for k in range(ids.shape[0]):
         if not (ids[k] == toks[k]).any():
             raise ZeroDraftQ(f"position {k}: drafted token {int(toks[k])} is not in the support "
                              "(q(d) = 0)")
-    raise AssertionError("sparse fast path and diagnosis disagree")  # pragma: no cover
 
 
 def check_dense(toks: np.ndarray, lp: np.ndarray, vocab: int) -> None:
@@ -138,10 +90,10 @@ def _raise_non_finite(lp: np.ndarray) -> None:
         raise NonFiniteQ(f"position {k}: log q holds NaN or +inf")
 
 
-def _raise_unnormalized(lp: np.ndarray) -> None:
-    if _normalized(lp):
+def _raise_unnormalized(lp: np.ndarray, dtype: np.dtype = _F32) -> None:
+    tot = _mass(lp, dtype)
+    if (np.abs(tot - 1.0) <= NORM_TOLERANCE).all():  # NaN: not normalized
         return
-    tot = _mass(lp)
     k = int(np.argmax(np.abs(tot - 1.0)))
     raise UnnormalizedQ(f"position {k}: sum of q is {tot[k]:.6g}, not 1 within "
                         f"{NORM_TOLERANCE}")
