@@ -151,8 +151,8 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
     """Decode and check a PROPOSAL body in ``buf[16:end]`` against ``hello``.
 
     SPARSE items are checked together: consecutive items of the same (K, S) sit at a
-    fixed stride, so one strided numpy view covers them all and one pass of checks
-    serves the whole run (the per-item checks run only to name a failing item).
+    fixed stride, so one compiled pass checks the whole run (``_sparse_run``; the
+    per-item numpy checks run only to name a failing item).
     """
     round_id, n, off = decode_round(buf, end, "PROPOSAL", limits)
     caps = min(limits.depth, hello.max_depth), min(limits.support, hello.max_support)
