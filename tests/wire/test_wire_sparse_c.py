@@ -63,7 +63,7 @@ def _mutate(rng: np.random.Generator, toks, ids, lp) -> None:
     """One defect (or none) of the kinds docs/wire.md 3.4 refuses, in place."""
     k, s = ids.shape
     r, j = int(rng.integers(k)), int(rng.integers(s))
-    choice = int(rng.integers(12))
+    choice = int(rng.integers(12))  # 0-8: a defect; 9-11: the item stays valid
     if choice == 0:
         toks[r] = rng.choice([-1, -2, V, V + 7])
     elif choice == 1:

@@ -16,8 +16,8 @@
      The int64 values of the buffer src as little-endian int32 bytes, or None when one
      lies outside [lo, 2^31).
 
-   One call touches each byte once; with numpy the same checks took about 20 small
-   calls of about 0.5 us each whatever the size. The bounds of buf and the outputs
+   One call touches each byte once; with numpy the same checks took about 15 small
+   calls of 0.4-1.4 us each whatever the size. The bounds of buf and the outputs
    are checked here too: no argument makes it read or write outside its buffers. */
 
 #define PY_SSIZE_T_CLEAN
@@ -50,9 +50,9 @@ static int distinct(int32_t *scratch, Py_ssize_t n) {
     return 1;
 }
 
-/* One row of S ids and log q with its drafted token; widens the ids into out_ids (also
-   the sort buffer when the ids are not ascending) and copies the log q into out_lp.
-   1 when the row passes every check, 0 otherwise. */
+/* One row of S ids and log q with its drafted token; widens the ids into out_ids and
+   copies the log q into out_lp. scratch (S int32) collects the valid ids, sorted only
+   when they are not ascending. 1 when the row passes every check, 0 otherwise. */
 static int check_row(const char *ids, const char *lp, Py_ssize_t s, int32_t tok,
                      int64_t vocab, double tol, int64_t *out_ids, float *out_lp,
                      int32_t *scratch) {
