@@ -2,8 +2,8 @@
 # Make sure a Docker engine answers on this machine; start one if none does.
 #
 # - Installs docker.io with apt when no `dockerd` is on PATH (needs root).
-# - Starts dockerd with `--bridge=none --iptables=false` (FACTS.md section 5: no bridge, no NAT;
-#   every container and build uses `--network host` or `--network none`), logging to
+# - Starts dockerd with `--bridge=none --iptables=false` (docs/facts.md section 5: no bridge, no
+#   NAT; every container and build uses `--network host` or `--network none`), logging to
 #   $SPECPAIR_DOCKERD_LOG (default /var/log/specpair-dockerd.log).
 # - Waits until `docker info` answers (at most $SPECPAIR_DOCKERD_WAIT_S seconds, default 60).
 # An engine that already runs is left alone, whatever its flags.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the images' base rootfs: a byte-reproducible Debian tarball made by mmdebstrap under
-# SOURCE_DATE_EPOCH (FACTS.md section 5), from the pins in images/versions.lock.
+# SOURCE_DATE_EPOCH (docs/facts.md section 5), from the pins in images/versions.lock.
 #
 # Usage: scripts/image-base.sh [--lock] ARCH OUT.tar      ARCH: amd64 | arm64
 #   Checks the result against images/lock/base-ARCH.txt (the Debian package versions and the
@@ -32,7 +32,7 @@ command -v mmdebstrap >/dev/null || { echo "error: mmdebstrap missing (apt-get i
 if [ "$arch" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ] \
    && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
   echo "error: arm64 base on $(dpkg --print-architecture) needs qemu-user-static + binfmt-support" \
-       "with qemu-aarch64 enabled (FACTS.md section 5)" >&2
+       "with qemu-aarch64 enabled (docs/facts.md section 5)" >&2
   exit 1
 fi
 

