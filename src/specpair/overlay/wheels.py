@@ -13,8 +13,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from specpair.vllm.errors import OverlayError, WheelHashMismatch
-from specpair.vllm.manifest import Wheel, sha256_file
+from specpair.overlay.errors import OverlayError, WheelHashMismatch
+from specpair.overlay.manifest import Wheel, sha256_file
 
 __all__ = ["cache_dir", "ensure_wheel", "unpack"]
 

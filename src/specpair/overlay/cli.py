@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from specpair.vllm.errors import OverlayError
+from specpair.overlay.errors import OverlayError
 
 __all__ = ["add_parser"]
 
@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _manifest_of(args: argparse.Namespace):  # noqa: ANN202
-    from specpair.vllm.manifest import DEFAULT_OVERLAY_DIR, load_manifest
+    from specpair.overlay.manifest import DEFAULT_OVERLAY_DIR, load_manifest
 
     return load_manifest(args.overlay or DEFAULT_OVERLAY_DIR)
 
@@ -77,7 +77,8 @@ def _fail(args: argparse.Namespace, err: OverlayError) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from specpair.vllm.overlay import apply, attestation_path
+    from specpair.overlay.apply_series import apply
+    from specpair.overlay.attestation import attestation_path
 
     try:
         man = _manifest_of(args)
@@ -94,7 +95,7 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from specpair.vllm.overlay import verify
+    from specpair.overlay.status import verify
 
     try:
         st = verify(args.site_packages, _manifest_of(args))
@@ -106,7 +107,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from specpair.vllm.overlay import status
+    from specpair.overlay.status import status
 
     try:
         st = status(args.site_packages, _manifest_of(args))
@@ -118,8 +119,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    from specpair.vllm.build import build_manifest
-    from specpair.vllm.manifest import DEFAULT_OVERLAY_DIR
+    from specpair.overlay.manifest import DEFAULT_OVERLAY_DIR
+    from specpair.overlay.manifest_build import build_manifest
 
     directory = args.overlay or DEFAULT_OVERLAY_DIR
     try:
@@ -131,7 +132,7 @@ def _manifest(args: argparse.Namespace) -> int:
 
 
 def _unpack(args: argparse.Namespace) -> int:
-    from specpair.vllm.wheels import ensure_wheel, unpack
+    from specpair.overlay.wheels import ensure_wheel, unpack
 
     try:
         man = _manifest_of(args)

@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specpair.vllm.errors import BadExclusion, OverlayError
-from specpair.vllm.patchfile import PatchSeries, parse_patch
+from specpair.overlay.errors import BadExclusion, OverlayError
+from specpair.overlay.unified_diff import PatchSeries, parse_patch
 
 __all__ = [
     "DEFAULT_OVERLAY_DIR",
