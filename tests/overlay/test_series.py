@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import marshal
 import py_compile
+from pathlib import Path
 
 import pytest
 from overlay_sites import mini_site, snapshot
@@ -12,7 +15,14 @@ from specpair.cli import main
 from specpair.overlay import apply_series
 from specpair.overlay.apply_series import apply
 from specpair.overlay.attestation import attestation_path
-from specpair.overlay.errors import BadExclusion, BaseDrift, ResultMismatch, WrongVllm
+from specpair.overlay.errors import (
+    BadExclusion,
+    BaseDrift,
+    CannotWrite,
+    ExclusionMismatch,
+    ResultMismatch,
+    WrongVllm,
+)
 from specpair.overlay.manifest import sha256_file
 from specpair.overlay.status import detect_variant, status, verify
 
@@ -36,6 +46,12 @@ def test_apply_matches_every_result_hash_and_compiles(manifest, unpacked, varian
         assert sha256_file(site / path) == entry.result[variant], path
         assert att.files[path] == {"base": entry.base[variant], "result": entry.result[variant]}
         py_compile.compile(str(site / path), cfile=str(tmp_path / "x.pyc"), doraise=True)
+        pyc = Path(importlib.util.cache_from_source(str(site / path))).read_bytes()
+        source = (site / path).read_bytes()  # a checked-hash .pyc of exactly this source
+        assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[4:8] == (3).to_bytes(4, "little")
+        assert pyc[8:16] == importlib.util.source_hash(source)
+        assert marshal.loads(pyc[16:]) == compile(source, str(site / path), "exec",
+                                                  dont_inherit=True)
     st = verify(site, manifest)
     assert st.state == "applied" and set(st.files.values()) == {"result"}
     raw = json.loads(attestation_path(site).read_text())
@@ -80,7 +96,7 @@ def test_exclusion_is_recorded_and_checked(manifest, unpacked, tmp_path):
     f = "vllm/utils/cpu_triton_utils.py"
     assert sha256_file(site / f) == manifest.files[f].base["cpu"] == att.files[f]["result"]
     assert verify(site, manifest).state == "applied"
-    with pytest.raises(Exception, match="already carries"):
+    with pytest.raises(ExclusionMismatch, match="already carries"):
         apply(site, manifest)  # the full series needs a fresh vLLM
     with pytest.raises(BadExclusion, match="unknown"):
         apply(site, manifest, exclude=("0999",))
@@ -102,8 +118,8 @@ def test_failure_while_writing_restores_the_tree(manifest, unpacked, tmp_path, m
     def boom(*a, **k):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(apply_series.py_compile, "compile", boom)
-    with pytest.raises(OSError, match="simulated"):
+    monkeypatch.setattr(apply_series, "write_bytecode", boom)
+    with pytest.raises(CannotWrite, match="simulated.*restored"):
         apply(site, manifest)
     after = {k: v for k, v in snapshot(site).items() if "__pycache__" not in k}
     assert after == before and not attestation_path(site).exists()

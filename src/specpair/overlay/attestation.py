@@ -2,18 +2,22 @@
 
 ``<site-packages>/vllm/SPECPAIR_OVERLAY.json`` (inside the vllm package, so it
 travels with it); ``verify`` and the attestation gate re-check it against the files.
+``apply`` first writes the same record as ``SPECPAIR_OVERLAY.pending.json`` (its
+intent) and renames it onto the attestation as its last step, so a pending file
+means an apply was interrupted (``status`` then says how to complete it).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-__all__ = ["ATTESTATION_NAME", "Attestation", "attestation_path", "read_attestation",
-           "attestation_bytes"]
+__all__ = ["ATTESTATION_NAME", "PENDING_NAME", "Attestation", "attestation_path",
+           "pending_path", "read_attestation", "attestation_bytes"]
 
 ATTESTATION_NAME = "SPECPAIR_OVERLAY.json"  # inside <site-packages>/vllm/
+PENDING_NAME = "SPECPAIR_OVERLAY.pending.json"  # an apply's intent, until it completes
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,23 @@ def attestation_path(site: Path) -> Path:
     return site / "vllm" / ATTESTATION_NAME
 
 
-def read_attestation(site: Path) -> Attestation | None:
-    path = attestation_path(site)
+def pending_path(site: Path) -> Path:
+    return site / "vllm" / PENDING_NAME
+
+
+def read_attestation(path: Path) -> Attestation | None:
+    """The record at ``path`` (attestation or pending), None if absent; ValueError if malformed."""
     if not path.is_file():
         return None
-    raw = json.loads(path.read_text())
-    raw["applied"] = tuple(raw["applied"])
-    raw["excluded"] = tuple(raw["excluded"])
-    return Attestation(**raw)
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(Attestation)}:
+            raise ValueError("not an attestation's fields")
+        raw["applied"] = tuple(raw["applied"])
+        raw["excluded"] = tuple(raw["excluded"])
+        return Attestation(**raw)
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(f"{path} is unreadable ({str(err)[:120]})") from err
 
 
 def attestation_bytes(att: Attestation) -> bytes:

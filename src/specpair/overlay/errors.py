@@ -13,6 +13,11 @@ __all__ = [
     "ResultMismatch",
     "BadExclusion",
     "WheelHashMismatch",
+    "WheelUnavailable",
+    "BadOverlay",
+    "ExclusionMismatch",
+    "CannotWrite",
+    "OutsideSite",
 ]
 
 
@@ -46,3 +51,23 @@ class BadExclusion(OverlayError):
 
 class WheelHashMismatch(OverlayError):
     """A downloaded wheel's sha256 differs from its pin."""
+
+
+class WheelUnavailable(OverlayError):
+    """A pinned wheel is not in the cache and `pip download` could not fetch it."""
+
+
+class BadOverlay(OverlayError):
+    """The overlay directory does not hold what its manifest pins (or no readable manifest)."""
+
+
+class ExclusionMismatch(OverlayError):
+    """The tree carries the overlay, whole or in part, with other exclusions than asked for."""
+
+
+class CannotWrite(OverlayError):
+    """A directory to write is read-only or not ours, or a write failed (disk full, I/O)."""
+
+
+class OutsideSite(CannotWrite):
+    """A directory to write resolves (through a symlink) outside --site-packages."""
