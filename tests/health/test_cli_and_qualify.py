@@ -158,3 +158,18 @@ def test_live_probe_reads_every_gpu(tmp_path):
     rec.write(tmp_path / "live.json")
     replayed = probe(RecordedNvml.load(tmp_path / "live.json"), "live", 1.0)
     assert replayed.gpus == report.gpus
+
+
+def test_health_depends_on_deploy_one_way():
+    """`health --inventory` runs deploy's playbook; deploy imports nothing of health (no cycle),
+    and `python -m specpair health` loads no other command group (the playbooks' probe)."""
+    code = ("import importlib, pkgutil, sys, specpair.deploy as d\n"
+            "for m in pkgutil.iter_modules(d.__path__):\n"
+            "    importlib.import_module(f'specpair.deploy.{m.name}')\n"
+            "assert not [m for m in sys.modules if m.startswith('specpair.health')]\n"
+            "from specpair.cli import build_parser\n"
+            "build_parser('health')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpair.vllm.manifest import load_manifest
-from specpair.vllm.wheels import ensure_wheel, unpack
+from specpair.overlay.manifest import load_manifest
+from specpair.overlay.wheels import ensure_wheel, unpack
 
 
 @pytest.fixture(scope="session")

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import marshal
 import py_compile
+from pathlib import Path
 
 import pytest
 from overlay_sites import mini_site, snapshot
 
 from specpair.cli import main
-from specpair.vllm import overlay
-from specpair.vllm.errors import BadExclusion, BaseDrift, ResultMismatch, WrongVllm
-from specpair.vllm.manifest import sha256_file
+from specpair.overlay import apply_series
+from specpair.overlay.apply_series import apply
+from specpair.overlay.attestation import attestation_path
+from specpair.overlay.errors import (
+    BadExclusion,
+    BaseDrift,
+    CannotWrite,
+    ExclusionMismatch,
+    ResultMismatch,
+    WrongVllm,
+)
+from specpair.overlay.manifest import sha256_file
+from specpair.overlay.status import detect_variant, status, verify
 
 VARIANTS = ("cuda", "cpu")
 
@@ -19,7 +32,7 @@ VARIANTS = ("cuda", "cpu")
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_base_hashes_match_the_pinned_wheel(manifest, unpacked, variant):
     site = unpacked[variant]
-    assert overlay.detect_variant(site, manifest) == variant
+    assert detect_variant(site, manifest) == variant
     for path, entry in manifest.files.items():
         assert sha256_file(site / path) == entry.base[variant], path
 
@@ -27,20 +40,26 @@ def test_base_hashes_match_the_pinned_wheel(manifest, unpacked, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_apply_matches_every_result_hash_and_compiles(manifest, unpacked, variant, tmp_path):
     site = mini_site(manifest, unpacked[variant], tmp_path)
-    att, changed = overlay.apply(site, manifest)
+    att, changed = apply(site, manifest)
     assert changed and att.variant == variant and att.applied == manifest.patch_ids
     for path, entry in manifest.files.items():
         assert sha256_file(site / path) == entry.result[variant], path
         assert att.files[path] == {"base": entry.base[variant], "result": entry.result[variant]}
         py_compile.compile(str(site / path), cfile=str(tmp_path / "x.pyc"), doraise=True)
-    st = overlay.verify(site, manifest)
+        pyc = Path(importlib.util.cache_from_source(str(site / path))).read_bytes()
+        source = (site / path).read_bytes()  # a checked-hash .pyc of exactly this source
+        assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[4:8] == (3).to_bytes(4, "little")
+        assert pyc[8:16] == importlib.util.source_hash(source)
+        assert marshal.loads(pyc[16:]) == compile(source, str(site / path), "exec",
+                                                  dont_inherit=True)
+    st = verify(site, manifest)
     assert st.state == "applied" and set(st.files.values()) == {"result"}
-    raw = json.loads(overlay.attestation_path(site).read_text())
+    raw = json.loads(attestation_path(site).read_text())
     assert raw["overlay_id"] == manifest.overlay_id and raw["vllm_version"] == "0.32.0"
     assert raw["specpair_version"] and raw["excluded"] == []
     # re-applying is a no-op that says so
     before = snapshot(site)
-    att2, changed2 = overlay.apply(site, manifest)
+    att2, changed2 = apply(site, manifest)
     assert not changed2 and att2 == att and snapshot(site) == before
 
 
@@ -53,43 +72,43 @@ def test_one_changed_base_byte_is_refused_touching_nothing(manifest, unpacked, v
     (site / victim).write_bytes(bytes(data))
     before = snapshot(site)
     with pytest.raises(BaseDrift) as err:
-        overlay.apply(site, manifest)
+        apply(site, manifest)
     msg = str(err.value)
     assert victim in msg and manifest.files[victim].base[variant] in msg
     assert sha256_file(site / victim) in msg
     assert snapshot(site) == before  # nothing written, no attestation
-    assert overlay.status(site, manifest).state == "drifted"
+    assert status(site, manifest).state == "drifted"
 
 
 def test_verify_catches_a_tampered_result(manifest, unpacked, tmp_path):
     site = mini_site(manifest, unpacked["cpu"], tmp_path)
-    overlay.apply(site, manifest)
+    apply(site, manifest)
     p = site / "vllm/utils/cpu_triton_utils.py"
     p.write_text(p.read_text() + "\n# tampered\n")
     with pytest.raises(ResultMismatch, match="cpu_triton_utils.py"):
-        overlay.verify(site, manifest)
+        verify(site, manifest)
 
 
 def test_exclusion_is_recorded_and_checked(manifest, unpacked, tmp_path):
     site = mini_site(manifest, unpacked["cpu"], tmp_path)
-    att, changed = overlay.apply(site, manifest, exclude=("0003",))
+    att, changed = apply(site, manifest, exclude=("0003",))
     assert changed and att.excluded == ("0003",) and "0003" not in att.applied
     f = "vllm/utils/cpu_triton_utils.py"
     assert sha256_file(site / f) == manifest.files[f].base["cpu"] == att.files[f]["result"]
-    assert overlay.verify(site, manifest).state == "applied"
-    with pytest.raises(Exception, match="already carries"):
-        overlay.apply(site, manifest)  # the full series needs a fresh vLLM
+    assert verify(site, manifest).state == "applied"
+    with pytest.raises(ExclusionMismatch, match="already carries"):
+        apply(site, manifest)  # the full series needs a fresh vLLM
     with pytest.raises(BadExclusion, match="unknown"):
-        overlay.apply(site, manifest, exclude=("0999",))
+        apply(site, manifest, exclude=("0999",))
 
 
 def test_unknown_vllm_build_is_refused(manifest, unpacked, tmp_path):
     site = mini_site(manifest, unpacked["cpu"], tmp_path)
     (site / "vllm/_version.py").write_text("__version__ = version = '0.31.9'\n")
     with pytest.raises(WrongVllm, match="0.31.9"):
-        overlay.apply(site, manifest)
+        apply(site, manifest)
     with pytest.raises(WrongVllm, match="no vllm package"):
-        overlay.apply(tmp_path / "empty", manifest)
+        apply(tmp_path / "empty", manifest)
 
 
 def test_failure_while_writing_restores_the_tree(manifest, unpacked, tmp_path, monkeypatch):
@@ -99,12 +118,12 @@ def test_failure_while_writing_restores_the_tree(manifest, unpacked, tmp_path, m
     def boom(*a, **k):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(overlay.py_compile, "compile", boom)
-    with pytest.raises(OSError, match="simulated"):
-        overlay.apply(site, manifest)
+    monkeypatch.setattr(apply_series, "write_bytecode", boom)
+    with pytest.raises(CannotWrite, match="simulated.*restored"):
+        apply(site, manifest)
     after = {k: v for k, v in snapshot(site).items() if "__pycache__" not in k}
-    assert after == before and not overlay.attestation_path(site).exists()
-    assert overlay.status(site, manifest).state == "clean"
+    assert after == before and not attestation_path(site).exists()
+    assert status(site, manifest).state == "clean"
 
 
 def test_cli_apply_verify_status_json(manifest, unpacked, tmp_path, capsys):
@@ -127,8 +146,8 @@ def test_cli_apply_verify_status_json(manifest, unpacked, tmp_path, capsys):
 
 
 def test_a_wheel_that_differs_from_its_pin_is_refused(manifest, tmp_path):
-    from specpair.vllm.errors import WheelHashMismatch
-    from specpair.vllm.wheels import ensure_wheel
+    from specpair.overlay.errors import WheelHashMismatch
+    from specpair.overlay.wheels import ensure_wheel
 
     pin = manifest.variants["cpu"].wheel
     (tmp_path / pin.filename).write_bytes(b"not the pinned wheel")

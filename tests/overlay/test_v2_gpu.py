@@ -119,7 +119,7 @@ def test_v2_end_to_end_remote_speculation(tmp_path):
     import numpy as np
 
     from specpair.models.tiny import make_tiny
-    from specpair.vllm.twosample import two_sample_chi2
+    from vllm_checks.twosample import two_sample_chi2
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
     from vllm_e2e_support import overlaid_vllm, probe
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from scipy.stats import chi2
 
-from specpair.vllm.manifest import Wheel
-from specpair.vllm.wheels import cache_dir, ensure_wheel, unpack
+from specpair.overlay.manifest import Wheel
+from specpair.overlay.wheels import cache_dir, ensure_wheel, unpack
 
 TRITON = Wheel("triton", "triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
                "1622118a038b0c6e16fa4a0305da62c8b3c15904ee1cc4d4e65846a25969e41e")

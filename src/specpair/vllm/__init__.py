@@ -1,4 +1,8 @@
-"""The vLLM 0.32.0 overlay: patch machinery and the remote speculators the patches call.
+"""The runtime adapters the vLLM 0.32.0 overlay's patches call inside vLLM.
 
-Patch series and manifest: overlays/vllm/0.32.0/ (see its README.md).
+``v1`` (Model Runner V1's remote proposer), ``v2`` (V2's remote speculator),
+``cpu_expand`` (the CPU build's expand-kernel fix), and ``remote`` / ``client``
+(the drafter connection they share). The build-time machinery that applies the
+patch series lives in ``specpair.overlay``; the series and its manifest in
+overlays/vllm/0.32.0/ (see its README.md).
 """

@@ -1,53 +1,19 @@
-"""Errors of the vLLM overlay: one class per failure, all under SpecpairError."""
+"""Runtime errors of the vLLM adapters the patches call: one class per failure.
+
+The build-time overlay machinery (apply, verify, manifest) has its own errors in
+``specpair.overlay.errors``; these are raised inside a running vLLM.
+"""
 
 from __future__ import annotations
 
 from specpair.errors import SpecpairError
 
-__all__ = [
-    "OverlayError",
-    "PatchFormatError",
-    "PatchConflict",
-    "WrongVllm",
-    "BaseDrift",
-    "ResultMismatch",
-    "BadExclusion",
-    "WheelHashMismatch",
-    "RemoteVerificationRefused",
-]
+__all__ = ["OverlayNotApplied", "RemoteVerificationRefused"]
 
 
-class OverlayError(SpecpairError):
-    """Base of every overlay failure."""
+class OverlayNotApplied(SpecpairError):
+    """vLLM called a remote proposer the way an unpatched vLLM does (no overlay applied)."""
 
 
-class PatchFormatError(OverlayError):
-    """A patch file is not a well-formed unified diff."""
-
-
-class PatchConflict(OverlayError):
-    """A hunk's context or removed lines do not match the file it patches."""
-
-
-class WrongVllm(OverlayError):
-    """The site-packages holds no vLLM, or a version/variant the overlay does not know."""
-
-
-class BaseDrift(OverlayError):
-    """A file to patch differs from its pinned base (and is not the pinned result)."""
-
-
-class ResultMismatch(OverlayError):
-    """A patched file's sha256 differs from the pinned result."""
-
-
-class BadExclusion(OverlayError):
-    """--exclude names an unknown patch, or one whose files other patches also touch."""
-
-
-class WheelHashMismatch(OverlayError):
-    """A downloaded wheel's sha256 differs from its pin."""
-
-
-class RemoteVerificationRefused(OverlayError):
+class RemoteVerificationRefused(SpecpairError):
     """vLLM was configured with a verification mode that cannot take remote sampled drafts."""

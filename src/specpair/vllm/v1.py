@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from specpair.vllm.client import LazyRemote
-from specpair.vllm.errors import OverlayError
+from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.remote import Counters, StepRequest, env_seed
 from specpair.wire.frames import RequestParams
 
@@ -51,7 +51,7 @@ class RemoteProposer(LazyRemote):
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
-        raise OverlayError(
+        raise OverlayNotApplied(
             "specpair.vllm.v1.RemoteProposer needs the specpair overlay applied to vLLM "
             "(patch 0001); run `specpair overlay apply --site-packages DIR`"
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpair.vllm.errors import PatchConflict, PatchFormatError
-from specpair.vllm.patchfile import apply_file_patch, parse_patch
+from specpair.overlay.errors import PatchConflict, PatchFormatError
+from specpair.overlay.unified_diff import apply_file_patch, parse_patch
 
 BASE = "".join(f"line {i}\n" for i in range(1, 21))
 

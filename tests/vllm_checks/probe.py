@@ -1,9 +1,10 @@
 """Sampling probe: run vLLM (whichever `vllm` is first on sys.path) on a model; print JSON.
 
-    python -m specpair.vllm.probe --model DIR --spec remote --prompts '[[5, 6, 7]]' \
+    python tests/vllm_checks/probe.py --model DIR --spec remote --prompts '[[5, 6, 7]]' \
         --greedy-tokens 16 --samples 1000
 
-The end-to-end tests and the in-image sampling gate run it in a subprocess, so
+The end-to-end tests and the in-image sampling gate run it in a subprocess (by path,
+``PROBE``: images carry tests/, and specpair comes from the environment), so
 each run imports its own (overlaid) vLLM and starts one engine
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, eager mode). The last stdout line starting
 with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
@@ -30,6 +31,7 @@ import sys
 import time
 
 RESULT_MARK = "SPECPAIR_RESULT "  # prefixes the one JSON line the tests read
+PROBE = os.path.abspath(__file__)  # what the tests run: [sys.executable, PROBE, ...]
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,7 +56,7 @@ def _spec_metrics(llm) -> dict:  # noqa: ANN001
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m specpair.vllm.probe",
+    ap = argparse.ArgumentParser(prog="python tests/vllm_checks/probe.py",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--spec", choices=["none", "remote"], default="none")

@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specpair.vllm.errors import BadExclusion, OverlayError
-from specpair.vllm.patchfile import PatchSeries, parse_patch
+from specpair.overlay.errors import BadExclusion, BadOverlay
+from specpair.overlay.unified_diff import PatchSeries, parse_patch
 
 __all__ = [
     "DEFAULT_OVERLAY_DIR",
@@ -118,17 +118,24 @@ def load_manifest(directory: Path = DEFAULT_OVERLAY_DIR) -> Manifest:
     """Load ``directory/manifest.json`` and its patch files, checking each patch's sha256."""
     path = directory / "manifest.json"
     if not path.is_file():
-        raise OverlayError(f"no overlay manifest at {path} (pass --overlay DIR)")
-    raw = json.loads(path.read_text())
+        raise BadOverlay(f"no overlay manifest at {path} (pass --overlay DIR)")
+    try:
+        return _parse_manifest(directory, json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BadOverlay(f"{path} is not a readable overlay manifest ({type(err).__name__}: "
+                         f"{str(err)[:200]})") from err
+
+
+def _parse_manifest(directory: Path, raw: dict) -> Manifest:
     series = []
     for p in raw["patches"]:
         pf = directory / p["file"]
         got = sha256_file(pf)
         if got != p["sha256"]:
-            raise OverlayError(f"patch {pf} has sha256 {got}, the manifest pins {p['sha256']}")
+            raise BadOverlay(f"patch {pf} has sha256 {got}, the manifest pins {p['sha256']}")
         parsed = parse_patch(pf)
         if parsed.patch_id != p["id"]:
-            raise OverlayError(f"patch {pf.name} is listed with id {p['id']}")
+            raise BadOverlay(f"patch {pf.name} is listed with id {p['id']}")
         series.append(parsed)
     variants = {
         name: Variant(name, dict(v["identity"]), Wheel(**v["wheel"]))
@@ -140,7 +147,7 @@ def load_manifest(directory: Path = DEFAULT_OVERLAY_DIR) -> Manifest:
     }
     touched = {f.path for s in series for f in s.files}
     if touched != set(files):
-        raise OverlayError(f"manifest files {sorted(files)} differ from patched {sorted(touched)}")
+        raise BadOverlay(f"manifest files {sorted(files)} differ from patched {sorted(touched)}")
     return Manifest(
         directory, raw["overlay_id"], raw["vllm_version"], variants, tuple(series), files
     )

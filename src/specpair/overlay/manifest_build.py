@@ -13,9 +13,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from specpair.vllm.manifest import Wheel, sha256_bytes, sha256_file
-from specpair.vllm.patchfile import apply_file_patch, parse_patch
-from specpair.vllm.wheels import ensure_wheel, unpack
+from specpair.overlay.manifest import Wheel, sha256_bytes, sha256_file
+from specpair.overlay.unified_diff import apply_file_patch, parse_patch
+from specpair.overlay.wheels import ensure_wheel, unpack
 
 __all__ = ["IDENTITY_FILES", "build_manifest"]
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specpair.vllm.errors import PatchConflict, PatchFormatError
+from specpair.overlay.errors import PatchConflict, PatchFormatError
 
 __all__ = ["Hunk", "FilePatch", "PatchSeries", "parse_patch", "apply_file_patch", "reverse"]
 

@@ -13,8 +13,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from specpair.vllm.errors import OverlayError, WheelHashMismatch
-from specpair.vllm.manifest import Wheel, sha256_file
+from specpair.overlay.errors import WheelHashMismatch, WheelUnavailable
+from specpair.overlay.manifest import Wheel, sha256_file
 
 __all__ = ["cache_dir", "ensure_wheel", "unpack"]
 
@@ -40,7 +40,8 @@ def ensure_wheel(wheel: Wheel, cache: Path | None = None) -> Path:
         ]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0 or not path.is_file():
-            raise OverlayError(f"pip download of {wheel.filename} failed:\n{run.stderr[-2000:]}")
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise WheelUnavailable(f"pip download of {wheel.filename} failed: {last}")
     got = sha256_file(path)
     if got != wheel.sha256:
         raise WheelHashMismatch(f"{path}: sha256 {got}, pinned {wheel.sha256}")
