@@ -1,6 +1,7 @@
 """Reading a small input file named on the command line, with limits.
 
-``read_small`` opens without blocking (a FIFO with no writer, a device, a directory are refused
+``require_regular`` checks a path that another reader (safetensors) opens. ``read_small`` opens
+without blocking (a FIFO with no writer, a device, a directory are refused
 at once, never read), requires a regular file no larger than ``max_bytes`` (checked on the open
 file, and again while reading, so a file that grows is cut off), and with ``private`` refuses a
 file that its group or others may read or write, as ssh does for private keys. Every refusal is
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from specpair.errors import SpecpairError
 
-__all__ = ["FileRefused", "read_small"]
+__all__ = ["FileRefused", "read_small", "require_regular"]
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -24,6 +25,17 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
 
 class FileRefused(SpecpairError, ValueError):
     """An input file is missing, unreadable, not a regular file, too large or too open."""
+
+
+def require_regular(path: str | Path, what: str = "file") -> None:
+    """Refuse ``path`` unless it is a regular file (for readers that open it themselves)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise FileRefused(f"cannot read the {what} {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+        raise FileRefused(f"the {what} {path} is {kind}; it must be a regular file")
 
 
 def read_small(path: str | Path, max_bytes: int, what: str = "file", *,
