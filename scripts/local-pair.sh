@@ -46,6 +46,10 @@ if [ ! -s "$SPECPAIR_KEY_FILE" ]; then
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$SPECPAIR_KEY_FILE")
   echo ">> wrote a new wire key: $SPECPAIR_KEY_FILE"
 fi
+if [ -n "$(find "$SPECPAIR_KEY_FILE" -perm /077)" ]; then  # the drafter and target refuse it
+  chmod 600 "$SPECPAIR_KEY_FILE"
+  echo ">> $SPECPAIR_KEY_FILE was readable by others: now mode 0600"
+fi
 
 echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT)"
 compose up --detach

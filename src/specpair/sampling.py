@@ -16,17 +16,60 @@ All arithmetic is fp32 on entry (``logits.float()``), matching vLLM's sampler.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from specpair.errors import BadSamplingParams
+
 __all__ = [
+    "MIN_TEMPERATURE",
+    "MAX_TEMPERATURE",
+    "MAX_TOP_K",
+    "check_params_domain",
     "SamplingParams",
     "process_logits",
     "truncated_law",
     "sample_from_logp",
     "sample_from_weights",
 ]
+
+
+# The domain of one request's sampling parameters (docs/core.md). Outside it the law is not
+# defined in fp32: T = 1e-40 scales logits to inf and every row to NaN.
+MIN_TEMPERATURE = 1e-5  # smallest T > 0 (vLLM samples greedily below it); logits / T stays finite
+MAX_TEMPERATURE = 100.0  # largest T; the law is then all but uniform
+MAX_TOP_K = 2**63 - 1  # top_k is an int64 (0 = off; k >= V keeps the whole vocabulary)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _f32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def check_params_domain(temperature: float, top_k: int, top_p: float, seed: int = 0,
+                        where: str = "") -> None:
+    """Raise BadSamplingParams unless one request's params lie in the documented domain.
+
+    temperature: 0 (greedy) or MIN_TEMPERATURE..MAX_TEMPERATURE; top_k: 0..MAX_TOP_K (an
+    integer); top_p: (0, 1], and still > 0 in fp32; seed: a signed 64-bit integer.
+    """
+    at = f"{where}: " if where else ""
+    t = temperature
+    if not (isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
+            and (t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE)):
+        raise BadSamplingParams(f"{at}temperature {t!r} must be 0 (greedy) or lie in "
+                                f"[{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]")
+    if not (isinstance(top_k, int) and not isinstance(top_k, bool) and 0 <= top_k <= MAX_TOP_K):
+        raise BadSamplingParams(f"{at}top_k {top_k!r} must be an integer in 0..2^63 - 1 "
+                                "(0 = off)")
+    if not (isinstance(top_p, int | float) and not isinstance(top_p, bool) and 0 < top_p <= 1
+            and _f32(top_p) > 0):  # False for NaN
+        raise BadSamplingParams(f"{at}top_p {top_p!r} must lie in (0, 1] (1 = off) and be > 0 "
+                                "in fp32")
+    if not (isinstance(seed, int) and _I64[0] <= seed <= _I64[1]):
+        raise BadSamplingParams(f"{at}seed {seed!r} must be a signed 64-bit integer")
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ class Target:
 def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("key") / "wire.key"
     path.write_bytes(os.urandom(32).hex().encode())
+    path.chmod(0o600)  # load_key refuses a key its group or others may read
     return path
 
 

@@ -61,6 +61,7 @@ def runs(tmp_path_factory):
     nofix = overlaid_vllm(root / "vllm-nofix", exclude=("0003",))
     key = root / "key"
     key.write_bytes(os.urandom(32).hex().encode())
+    key.chmod(0o600)  # load_key refuses a key its group or others may read
     out = {}
     drafter = Drafter(pair.draft, key, root / "drafter.log")
     try:

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specpair.draft import propose
+from specpair.errors import BadInput
 from specpair.models import cli as models_cli
 from specpair.models import tokenizer
 from specpair.models.tiny import TinyPair, TinySpec, make_tiny
@@ -52,11 +53,11 @@ def test_cli_writes_the_pair_and_reports_json(tmp_path: Path, capsys) -> None:
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"target": str(tmp_path / "target"), "draft": str(tmp_path / "draft"), "seed": 3}
-    with pytest.raises(SystemExit, match="exists"):
+    with pytest.raises(BadInput, match="exists"):
         args.func(args)
     args = parser.parse_args(["models", "make-tiny", "--out", str(tmp_path / "x"), "--seed",
                               "-1"])
-    with pytest.raises(SystemExit, match=r"seed must lie in \[0, 2\*\*63\)"):
+    with pytest.raises(BadInput, match=r"seed must lie in \[0, 2\*\*63\)"):
         args.func(args)
     assert not (tmp_path / "x").exists()  # nothing half-written
 

@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,9 +18,12 @@ from safetensors import SafetensorError, safe_open
 from specpair.admission.evidence import MalformedEvidence, parse_evidence
 from specpair.admission.kl_probe import KL_MAX, LOG_RATIO_MAX, KlVerdict, kl_probe
 from specpair.admission.tie_gate import CEILING_NATS, MAX_DIVERGENT, REGISTRATION, judge
+from specpair.files import FileRefused, read_small, require_regular
 from specpair.sampling import SamplingParams
 
 __all__ = ["add_parser", "load_kl_input"]
+
+MAX_INPUT_BYTES = 64 << 20  # the largest evidence JSON read
 
 
 def add_parser(sub: Any) -> None:
@@ -61,9 +63,9 @@ def _refused(gate: str, reason: str, as_json: bool) -> int:
 
 def _tie_gate(args: argparse.Namespace) -> int:
     try:
-        data = json.loads(Path(args.evidence).read_text())
+        data = json.loads(read_small(args.evidence, MAX_INPUT_BYTES, "evidence file"))
         verdict = judge(parse_evidence(data))
-    except (OSError, json.JSONDecodeError, MalformedEvidence) as e:
+    except (FileRefused, ValueError, MalformedEvidence) as e:  # ValueError: JSON, UTF-8
         return _refused(REGISTRATION, f"malformed evidence refused: {e}", args.json)
     if args.json:
         out = dataclasses.asdict(verdict)
@@ -85,6 +87,7 @@ def _tie_gate(args: argparse.Namespace) -> int:
 
 def load_kl_input(path: str) -> tuple[Any, SamplingParams, Any, Any, int]:
     """(logits, params, q_logp, q_ids or None, draft_top_k) from a probe file."""
+    require_regular(path, "probe file")  # a FIFO would block safetensors' open
     with safe_open(path, framework="pt") as f:
         names = set(f.keys())
         need = {"logits", "temperature", "top_k", "top_p", "q_logp"}
@@ -116,7 +119,8 @@ def _kl_probe(args: argparse.Namespace) -> int:
     try:
         logits, params, q_logp, q_ids, dtk = load_kl_input(args.probe)
         v: KlVerdict = kl_probe(logits, params, q_logp, q_ids, dtk)
-    except (OSError, ValueError, AssertionError, RuntimeError, SafetensorError) as e:
+    except (OSError, ValueError, AssertionError, RuntimeError, SafetensorError,
+            FileRefused) as e:
         return _refused(gate, f"malformed probe input refused: {e}", args.json)
     if args.json:
         out = dataclasses.asdict(v)

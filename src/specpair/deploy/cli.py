@@ -17,20 +17,24 @@ from typing import Any
 
 import yaml
 
-from specpair.deploy.errors import DeployError
+from specpair.cli import one_line
+from specpair.deploy.errors import DeployError, InventoryError, ReleaseError
 from specpair.deploy.release import (
     DRAFTER_MODES,
     MAX_DEPTH,
     PROFILES,
     Release,
+    check_release_config,
+    is_release_name,
     load_release,
     resolve_image,
     write_release,
 )
+from specpair.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from specpair.yamlio import YamlRefused, excerpt, load_yaml, loads_yaml
 
 __all__ = ["add_parser", "add_inventory_argument", "run_health_inventory"]
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 4
 _ACTIONS = {  # command -> (playbook, help)
     "deploy": ("deploy.yml", "deploy a release to the pair: health, stage by digest, stop old "
                "pair, start drafter then target, completion, in-image gates, commit; any "
@@ -71,7 +75,9 @@ def add_inventory_argument(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any) -> None:
     for command, (playbook, text) in _ACTIONS.items():
         p = sub.add_parser(command, help=text, description=text[0].upper() + text[1:] + ".",
-                           epilog=f"runs playbooks/{playbook}; exit 0 ok, 1 failed, 4 bad input")
+                           epilog=f"runs playbooks/{playbook}; exit 0 ok, 1 failed, 4 bad input "
+                           "(inventory, release, release records, arguments: refused before "
+                           "Ansible starts)")
         _common(p)
         if command == "deploy":
             p.add_argument("--release", "-r", required=True, metavar="NAME|FILE",
@@ -110,8 +116,37 @@ def _key_values(items: list[str], what: str) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise DeployError(f"{what} {item!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(value) if value else ""
+            raise DeployError(f"{what} {excerpt(item)}: expected KEY=VALUE")
+        try:
+            out[key] = loads_yaml(value, f"{what} {excerpt(key)}") if value else ""
+        except YamlRefused as e:
+            raise DeployError(str(e)) from None
+    return out
+
+
+def _inventory_files(inventory: Path) -> dict[Path, Any]:
+    """The inventory's YAML files, loaded under the limits: its hosts file (hosts.yml, or the
+    inventory itself when it is a .yml file) a non-empty mapping, group_vars and host_vars files
+    mappings or empty. An INI inventory file is Ansible's alone to read."""
+    if inventory.is_dir():
+        hosts = inventory / "hosts.yml"
+        others = sorted(p for sub in ("group_vars", "host_vars")
+                        for p in (inventory / sub).glob("*.y*ml") if p.is_file())
+    elif inventory.suffix in (".yml", ".yaml"):
+        hosts, others = inventory, []
+    else:
+        return {}
+    out = {}
+    for path in [hosts, *others]:
+        try:
+            data = load_yaml(path, "inventory file")
+        except YamlRefused as e:
+            raise InventoryError(str(e)) from None
+        if not isinstance(data, dict | None) or (path == hosts and not data):
+            want = "a non-empty mapping" if path == hosts else "a mapping"
+            raise InventoryError(f"inventory file {path}: must be {want}, got "
+                                 f"{type(data).__name__}")
+        out[path] = data or {}
     return out
 
 
@@ -120,7 +155,7 @@ def _confirm(inventory: Path, given: str | None) -> str | None:
     if given is not None:
         return given
     gv = inventory / "group_vars" / "all.yml"
-    data = yaml.safe_load(gv.read_text()) if gv.is_file() else {}
+    data = _inventory_files(inventory).get(gv, {}) if gv.is_file() else {}
     if not data or not data.get("specpair_confirm_required"):
         return None
     name = data.get("specpair_inventory_name", inventory.name)
@@ -137,11 +172,16 @@ def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
         root = repo_root()
         inventory = resolve_inventory(args.inventory, root)
         extravars = {**extravars, **_key_values(getattr(args, "extra_var", []), "--extra-var")}
+        _inventory_files(inventory)  # garbage, bombs and wrong types refused before Ansible
         confirm = _confirm(inventory if inventory.is_dir() else inventory.parent, args.confirm)
         if confirm is not None:
             extravars["confirm"] = confirm
+        if action != "health":
+            from specpair.deploy.records import check_local_records
+
+            check_local_records(inventory, root, extravars)
     except (DeployError, OSError) as e:
-        print(f"specpair {action}: {e}", file=sys.stderr)
+        print(f"specpair {action}: {one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     result = run_playbook(playbook, inventory, extravars, check=getattr(args, "check", False),
                           tags=getattr(args, "tags", None), action=action,
@@ -159,17 +199,30 @@ def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
 def _run_action(args: argparse.Namespace) -> int:
     extravars: dict[str, Any] = {}
     if args.action == "deploy":
-        ref = Path(args.release)
-        if ref.suffix in (".yml", ".yaml") or ref.is_file():
-            try:
-                load_release(ref)  # fail here, with the field named, before ansible starts
-            except DeployError as e:
-                print(f"specpair deploy: {e}", file=sys.stderr)
-                return EXIT_BAD_INPUT
-            extravars["release_file"] = str(ref.resolve())
-        else:
-            extravars["release"] = args.release
+        try:  # fail here, with the release or field named, before ansible starts
+            extravars = _release_vars(args.release)
+        except DeployError as e:
+            print(f"specpair deploy: {one_line(e)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     return _run_playbook(args, args.playbook, args.action, extravars)
+
+
+def _release_vars(ref_text: str) -> dict[str, Any]:
+    """The playbook's release variables for --release NAME|FILE, after checking the release."""
+    from specpair.deploy.runner import repo_root
+
+    ref = Path(ref_text)
+    if ref.suffix in (".yml", ".yaml") or ref.is_file():
+        load_release(ref)
+        return {"release_file": str(ref.resolve())}
+    releases = repo_root() / "releases"  # the playbook's specpair_release_dir
+    known = sorted(p.stem for p in releases.glob("*.yml") if is_release_name(p.stem))
+    if not is_release_name(ref_text) or not (releases / f"{ref_text}.yml").is_file():
+        listed = ", ".join(known) if known else "none yet (make one: specpair release new)"
+        raise ReleaseError(f"unknown release {excerpt(ref_text)}: no file "
+                           f"{releases}/{ref_text[:64]}.yml; known releases: {listed}")
+    load_release(releases / f"{ref_text}.yml")
+    return {"release": ref_text}
 
 
 def run_health_inventory(args: argparse.Namespace) -> int:
@@ -182,14 +235,15 @@ def _run_release_new(args: argparse.Namespace) -> int:
     try:
         config = {"depth": args.depth, "drafter_mode": args.drafter_mode,
                   **_key_values(args.set, "--set")}
-        release = Release(name=args.name,
-                          profiles={"target": args.target_profile, "drafter": args.drafter_profile},
+        profiles = {"target": args.target_profile, "drafter": args.drafter_profile}
+        check_release_config(args.name, profiles, config)  # before Docker is asked
+        release = Release(name=args.name, profiles=profiles,
                           images={"target": resolve_image(args.target),
                                   "drafter": resolve_image(args.drafter)},
                           config=config)
         path = write_release(release, args.dir)
     except DeployError as e:
-        print(f"specpair release new: {e}", file=sys.stderr)
+        print(f"specpair release new: {one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"wrote {path} (config_hash {release.config_hash})")
     return EXIT_OK
@@ -199,7 +253,7 @@ def _run_release_show(args: argparse.Namespace) -> int:
     try:
         release = load_release(args.file)
     except DeployError as e:
-        print(f"specpair release show: {e}", file=sys.stderr)
+        print(f"specpair release show: {one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     data = {**release.to_dict(), "config_hash": release.config_hash}
     text = json.dumps(data, indent=1) + "\n" if args.json else yaml.safe_dump(data, sort_keys=False)

@@ -12,8 +12,13 @@ from pathlib import Path
 from specpair.draft import DraftMode
 from specpair.drafter.errors import ModelLoadError
 from specpair.drafter.metrics import Metrics, serve_metrics
-from specpair.wire.auth import MIN_KEY_BYTES, load_key
+from specpair.errors import EXIT_BAD_INPUT, BadInput, CannotRun
+from specpair.wire.auth import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, load_key
 from specpair.wire.errors import BadKey
+
+MAX_DEPTH = 32  # docs/wire.md section 5
+MAX_DRAFT_TOP_K = 2**31 - 1  # beyond any vocabulary
+MAX_THREADS = 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "PROPOSE rounds with sampled drafts and the exact law q of each (or argmax drafts "
         "with --mode greedy). Authenticates the target with a pre-shared key. Stops cleanly "
         "on SIGTERM or SIGINT. Prints one JSON line {\"listen\": ..., \"metrics\": ...} to "
-        "stdout when it is ready.")
+        "stdout when it is ready. Exit 0 when stopped; 4 on bad input (arguments, key file, "
+        "model directory), refused before the model loads.")
     serve.add_argument("--model", type=Path, required=True,
                        help="local HF model directory (config.json, weights, tokenizer files)")
     serve.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -36,20 +42,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="address to accept the target on (default 127.0.0.1:7070; "
                        "port 0 picks a free one)")
     serve.add_argument("--key-file", type=Path, required=True,
-                       help=f"file holding the pre-shared key (>= {MIN_KEY_BYTES} bytes; "
-                       "surrounding whitespace is stripped)")
+                       help=f"file holding the pre-shared key ({MIN_KEY_BYTES}.."
+                       f"{MAX_KEY_FILE_BYTES} bytes, surrounding whitespace stripped; a regular "
+                       "file of mode 0600 or 0400)")
     serve.add_argument("--metrics-port", type=int, default=None, metavar="P",
-                       help="serve Prometheus metrics on http://127.0.0.1:P/metrics "
-                       "(0 picks a free port; default off)")
+                       help="serve Prometheus metrics on http://127.0.0.1:P/metrics, P in "
+                       "0..65535 (0 picks a free port; default off)")
     serve.add_argument("--mode", choices=("sampled", "greedy"), default="sampled",
                        help="sampled: drafts d ~ q with q on the wire (default); greedy: "
                        "argmax drafts declared as point masses")
     serve.add_argument("--draft-top-k", type=int, default=0, metavar="N",
-                       help="truncate every draft law to its N most likely tokens (0 = off)")
+                       help="truncate every draft law to its N most likely tokens, "
+                       f"0..{MAX_DRAFT_TOP_K} (0 = off)")
     serve.add_argument("--max-depth", type=int, default=16, metavar="K",
                        help="largest K served, 1..32 (default 16)")
     serve.add_argument("--threads", type=int, default=0, metavar="N",
-                       help="torch CPU threads (default: torch's choice)")
+                       help=f"torch CPU threads, 0..{MAX_THREADS} (default 0: torch's choice)")
     serve.set_defaults(func=_serve)
 
 
@@ -68,10 +76,26 @@ def _serve(args: argparse.Namespace) -> int:
         return _run(args)
     except (BadKey, ModelLoadError, ValueError, OSError) as e:
         print(f"specpair drafter serve: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+
+
+def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes]:
+    """(host, port, key): every argument checked before torch or the model loads."""
+    host, port = parse_listen(args.listen)
+    key = load_key(args.key_file)
+    for flag, value, lo, hi in (("--metrics-port", args.metrics_port, 0, 65535),
+                                ("--draft-top-k", args.draft_top_k, 0, MAX_DRAFT_TOP_K),
+                                ("--max-depth", args.max_depth, 1, MAX_DEPTH),
+                                ("--threads", args.threads, 0, MAX_THREADS)):
+        if value is not None and not lo <= value <= hi:
+            raise BadInput(f"{flag} must lie in {lo}..{hi}, got {value}")
+    if not args.model.is_dir():
+        raise ModelLoadError(f"--model {args.model}: not a directory")
+    return host, port, key
 
 
 def _run(args: argparse.Namespace) -> int:
+    host, port, key = _check_args(args)
     import torch
     import transformers
 
@@ -81,12 +105,8 @@ def _run(args: argparse.Namespace) -> int:
     from specpair.wire.format import VERSION
     from specpair.wire.server import serve
 
-    host, port = parse_listen(args.listen)
-    key = load_key(args.key_file)
-    if args.draft_top_k < 0:
-        raise ValueError(f"--draft-top-k must be >= 0, got {args.draft_top_k}")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available")
+        raise CannotRun("--device cuda: no CUDA device is available")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()  # one log line per load is enough

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from specpair.errors import EXIT_FAILED, EXIT_OK, EXIT_WARN, BadInput
 from specpair.gates.rng_gate import ALPHA, CONFIGS, GateReport, run_gate
 
-EXIT = {"PASS": 0, "FAIL": 1, "BROKEN": 2}
+EXIT = {"PASS": EXIT_OK, "FAIL": EXIT_FAILED, "BROKEN": EXIT_WARN}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,13 +21,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stress configurations; chi-square of the emitted tokens at every position and a "
         "binomial test of the acceptance rate against sum(min(p, q)), at alpha/m. The control "
         "(recovery noise coupled to the draft stream) must fail. Exit 0: every check passed and "
-        "the control failed; 1: a check failed; 2: the control passed (the gate is broken).",
+        "the control failed; 1: a check failed; 2: the control passed (the gate is broken); "
+        "4: bad arguments.",
     )
     rng.add_argument("--json", action="store_true", help="print the full report as JSON")
     rng.add_argument("--size", choices=["quick", "full"], default="full",
                      help="sample sizes: full (default, the in-image gate) or quick (tests)")
     rng.add_argument("--alpha", type=float, default=ALPHA,
-                     help=f"family-wise false-failure rate (default {ALPHA:g})")
+                     help=f"family-wise false-failure rate, in (0, 1) (default {ALPHA:g})")
     rng.add_argument("--config", action="append", metavar="NAME",
                      help="run only this registered configuration (repeatable; the control "
                      "configuration is always added)")
@@ -35,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_rng(args: argparse.Namespace) -> int:
+    if not 0 < args.alpha < 1:  # False for NaN
+        raise BadInput(f"--alpha must lie in (0, 1), got {args.alpha}")
+    unknown = sorted(set(args.config or ()) - {c.name for c in CONFIGS})
+    if unknown:
+        raise BadInput(f"--config: unknown configuration(s) {unknown}; `specpair gate rng "
+                       "--list` names them")
     if args.list:
         for c in CONFIGS:
             print(f"{c.name:34s} V={c.vocab:<7d} K={c.depth} T={c.temperature} "

@@ -12,14 +12,22 @@ import json
 import socket
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from specpair.deploy.cli import add_inventory_argument, run_health_inventory
+from specpair.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN
+from specpair.files import FileRefused, read_small
 from specpair.health.codec import report_from_dict, to_dict
 from specpair.health.errors import CannotProbe, PolicyError, ReportError, SnapshotError
 from specpair.health.model import HostReport
-from specpair.health.nvml import SNAPSHOT_FORMAT, LiveNvml, NvmlCallError, RecordedNvml, Recorder
+from specpair.health.nvml import (
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_FORMAT,
+    LiveNvml,
+    NvmlCallError,
+    RecordedNvml,
+    Recorder,
+)
 from specpair.health.policy import DEFAULT_POLICY, Assessment, Policy, evaluate, load_policy
 from specpair.health.probe import probe
 from specpair.health.qualify import PAIRS, qualify_drafter_pair, qualify_target_pair
@@ -27,8 +35,8 @@ from specpair.health.qualify import PAIRS, qualify_drafter_pair, qualify_target_
 __all__ = ["add_parser", "add_arguments", "run"]
 
 EXIT = {"pass": 0, "fail": 1, "warn": 2}
-EXIT_CANNOT_PROBE = 3
-EXIT_BAD_INPUT = 4
+EXIT_CANNOT_PROBE = EXIT_CANNOT_RUN
+MAX_WATCH_S = 3600.0  # the longest --watch window
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="host role whose thresholds apply (sparkhead, sparkworker, x86host); "
                         "default: the profile whose GPU name matches")
     p.add_argument("--watch", metavar="SECONDS", type=float, default=5.0,
-                   help="watch for Xid critical errors this long (default %(default)s; "
-                        "0 skips the Xid check)")
+                   help="watch for Xid critical errors this long, 0..3600 (default "
+                        "%(default)s; 0 skips the Xid check)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--snapshot", metavar="FILE",
                      help="run the probe on a recorded NVML snapshot instead of live NVML")
@@ -67,15 +75,8 @@ def add_parser(sub: Any) -> None:
         epilog="examples: specpair health --role x86host --json; specpair health --snapshot "
                "post-mortem.json; specpair health --qualify target-pair --input head.json "
                "--input worker.json")
-    add_arguments(p)
-    p.error = lambda message: _usage_error(p, message)  # type: ignore[method-assign]
+    add_arguments(p)  # usage errors exit 4 (specpair.cli.Parser, every command alike)
     p.set_defaults(func=run)
-
-
-def _usage_error(p: argparse.ArgumentParser, message: str) -> None:
-    p.print_usage(sys.stderr)
-    print(f"specpair health: error: {message}", file=sys.stderr)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _probe_source(source: Any, host: str, watch: float) -> HostReport:
@@ -104,9 +105,9 @@ def _probe_here(args: argparse.Namespace) -> HostReport:
 
 def _load_input(path: str) -> HostReport:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ReportError(f"cannot read {path}: {e}") from e
+        data = json.loads(read_small(path, MAX_SNAPSHOT_BYTES, "input"))
+    except (FileRefused, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ReportError(f"cannot read {path}: {e}") from None
     if isinstance(data, dict) and data.get("format") == SNAPSHOT_FORMAT:
         src = RecordedNvml(data, f"snapshot {path}")
         return _probe_source(src, str(data.get("host", "?")), 0.0)
@@ -169,13 +170,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "inventory", None):
         return run_health_inventory(args)
     try:
+        if not 0 <= args.watch <= MAX_WATCH_S:  # False for NaN
+            raise ReportError(f"--watch must lie in 0..{MAX_WATCH_S:g} seconds, got {args.watch}")
         policy = load_policy(args.policy)
         if args.qualify:
             return _qualify(args, policy)
         if args.input:
             raise ReportError("--input is only used with --qualify")
-        if args.watch < 0:
-            raise ReportError(f"--watch must be >= 0 seconds, got {args.watch}")
         report = _probe_here(args)
         a = evaluate(report, policy, args.role)
     except CannotProbe as e:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from specpair.errors import SpecpairError
+from specpair.errors import CannotRun, SpecpairError
 
 __all__ = ["CannotProbe", "SnapshotError", "PolicyError", "ReportError"]
 
 
-class CannotProbe(SpecpairError):
+class CannotProbe(CannotRun):
     """NVML cannot be used on this host (no library, no driver): exit code 3."""
 
 

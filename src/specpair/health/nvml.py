@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specpair.files import FileRefused, read_small
 from specpair.health.errors import CannotProbe, SnapshotError
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 SNAPSHOT_FORMAT = "specpair-nvml-snapshot/1"
+MAX_SNAPSHOT_BYTES = 64 << 20  # the largest snapshot or JSON report read (an 8-GPU one is ~100 kB)
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 
@@ -205,15 +207,18 @@ class RecordedNvml:
         for field in ("calls", "xid_watch", "meminfo"):
             if field not in snapshot:
                 raise SnapshotError(f"{description}: missing field {field!r}")
+            if not isinstance(snapshot[field], dict):
+                raise SnapshotError(f"{description}: {field} must be an object, got "
+                                    f"{type(snapshot[field]).__name__}")
         self.snapshot = snapshot
         self.description = description
 
     @classmethod
     def load(cls, path: str | Path) -> RecordedNvml:
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise SnapshotError(f"cannot read snapshot {path}: {e}") from e
+            data = json.loads(read_small(path, MAX_SNAPSHOT_BYTES, "snapshot"))
+        except (FileRefused, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
+            raise SnapshotError(f"cannot read snapshot {path}: {e}") from None
         return cls(data, f"snapshot {path}")
 
     def call(self, name: str, *args: int) -> Any:

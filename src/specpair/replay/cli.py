@@ -1,6 +1,6 @@
 """`specpair replay FILE`: accepted drafts per round, greedy vs sampled drafting.
 
-Exit codes: 0 done, 4 bad input (file or arguments).
+Exit codes: 0 done, 4 bad input (file or arguments; ranges in docs/cli.md).
 """
 
 from __future__ import annotations
@@ -9,10 +9,19 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from specpair.replay.compute import Comparison, ReplayResult, replay
+from specpair.cli import one_line
+from specpair.errors import EXIT_BAD_INPUT, BadInput, BadSamplingParams
+from specpair.replay.compute import MAX_BOOTSTRAP, MAX_TRIALS, Comparison, ReplayResult, replay
 from specpair.replay.format import ReplayFormatError, load_recording, save_recording
+from specpair.sampling import check_params_domain
+
+# Ranges of the numeric arguments (docs/cli.md); the recording's own limits are compute's.
+_RANGES = {"depth": (1, 64),  # 64: with --from-models; else the recording's depth bounds it
+           "bootstrap": (100, MAX_BOOTSTRAP), "seed": (0, 2**32 - 1),
+           "monte_carlo": (0, MAX_TRIALS), "prompts": (1, 4096), "tokens": (1, 8192)}
 
 __all__ = ["add_parser", "format_table"]
 
@@ -89,15 +98,37 @@ def _record(args: argparse.Namespace) -> None:
           file=sys.stderr)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse out-of-range arguments before anything is loaded (BadInput names the flag)."""
+    for name, (lo, hi) in _RANGES.items():
+        value = getattr(args, name)
+        if name == "depth" and not args.from_models:
+            hi = max(hi, value or 0)  # replay checks it against the recorded depth
+        if value is not None and not lo <= value <= hi:
+            raise BadInput(f"--{name.replace('_', '-')} must lie in {lo}..{hi}, got {value}")
+    try:
+        check_params_domain(args.temperature, args.top_k, args.top_p,
+                            where="--temperature/--top-k/--top-p")
+    except BadSamplingParams as e:
+        raise BadInput(str(e)) from None
+    if args.temperature == 0:
+        raise BadInput("--temperature must be > 0 (greedy targets have no sampled acceptance "
+                       "law)")
+    for model in args.from_models or ():
+        if not Path(model).is_dir():
+            raise BadInput(f"--from-models {model}: not a directory")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        check_args(args)
         if args.from_models:
             _record(args)
         rec = load_recording(args.recording)
         result = replay(rec, args.depth, args.bootstrap, args.seed, args.monte_carlo)
     except (ReplayFormatError, ValueError) as e:
-        print(f"specpair replay: bad input: {e}", file=sys.stderr)
-        return 4
+        print(f"specpair replay: bad input: {one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.plot:
         from specpair.replay.plot import plot  # matplotlib only when a plot is asked for
 

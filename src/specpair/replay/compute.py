@@ -30,7 +30,12 @@ from specpair.sampling import SamplingParams, process_logits
 from specpair.verify import verify
 
 __all__ = ["Comparison", "ReplayResult", "acceptance", "expected_accepted", "monte_carlo",
-           "replay"]
+           "replay", "MAX_BOOTSTRAP", "MAX_TRIALS", "MAX_ELEMENTS"]
+
+MAX_BOOTSTRAP = 100_000  # bootstrap resamples
+MAX_BOOTSTRAP_DRAWS = 1 << 27  # resamples x rounds: the index array (int64, 1 GiB)
+MAX_TRIALS = 100_000  # Monte Carlo trials per round
+MAX_ELEMENTS = 1 << 24  # logits of one Monte Carlo batch; one round's trials must fit
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ def expected_accepted(alpha: torch.Tensor) -> torch.Tensor:
 
 
 def monte_carlo(rec: Recording, depth: int, mode: DraftMode, trials: int, seed: int,
-                max_elements: int = 1 << 24) -> torch.Tensor:
+                max_elements: int = MAX_ELEMENTS) -> torch.Tensor:
     """[R] mean accepted drafts per round over ``trials`` runs of propose + verify.
 
     Trial t of round r uses seed ``seed * 1_000_003 + r * trials + t``; rounds
@@ -125,8 +130,16 @@ def replay(rec: Recording, depth: int | None = None, bootstrap: int = 10_000, se
     depth = rec.depth if depth is None else depth
     if not 1 <= depth <= rec.depth:
         raise ValueError(f"depth must be in 1..{rec.depth} (the recorded depth), got {depth}")
-    if bootstrap < 100:
-        raise ValueError(f"bootstrap needs >= 100 resamples, got {bootstrap}")
+    if not 100 <= bootstrap <= MAX_BOOTSTRAP:
+        raise ValueError(f"bootstrap needs 100..{MAX_BOOTSTRAP} resamples, got {bootstrap}")
+    if bootstrap * rec.rounds > MAX_BOOTSTRAP_DRAWS:
+        raise ValueError(f"{bootstrap} resamples of {rec.rounds} rounds exceed "
+                         f"{MAX_BOOTSTRAP_DRAWS} draws; ask for fewer resamples")
+    if not 0 <= trials <= MAX_TRIALS:
+        raise ValueError(f"Monte Carlo trials must lie in 0..{MAX_TRIALS}, got {trials}")
+    if trials * (depth + 1) * rec.vocab > MAX_ELEMENTS:
+        raise ValueError(f"{trials} Monte Carlo trials x (K + 1 = {depth + 1}) x V = {rec.vocab} "
+                         f"exceed {MAX_ELEMENTS} logits per round; ask for fewer trials")
     ag, as_ = acceptance(rec, depth)
     if trials > 0:
         g = monte_carlo(rec, depth, DraftMode.GREEDY, trials, seed).numpy()

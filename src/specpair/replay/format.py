@@ -7,12 +7,12 @@ A safetensors file with exactly two tensors and string metadata:
 - ``draft_logits``: [R, K, V], same dtype family, the drafter's logits at the K
   draft positions (position k conditioned on the recorded prefix);
 - metadata ``format`` = ``specpair-replay/1``, ``temperature`` (> 0), ``top_k``
-  (0 = none), ``top_p`` (1 = none): the sampling params both laws are built with.
+  (0 = none), ``top_p`` (1 = none): the sampling params both laws are built with, in the
+  domain of ``specpair.sampling.check_params_domain`` (docs/core.md).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from specpair.errors import SpecpairError
+from specpair.errors import BadSamplingParams, SpecpairError
+from specpair.files import FileRefused, require_regular
+from specpair.sampling import check_params_domain
 
 __all__ = ["FORMAT", "ReplayFormatError", "Recording", "load_recording", "save_recording"]
 
@@ -38,7 +40,7 @@ class Recording:
 
     target_logits: torch.Tensor  # [R, K+1, V] fp32
     draft_logits: torch.Tensor  # [R, K, V] fp32
-    temperature: float  # > 0
+    temperature: float  # MIN_TEMPERATURE..MAX_TEMPERATURE (specpair.sampling)
     top_k: int  # 0 = no top-k
     top_p: float  # in (0, 1]; 1 = no top-p
 
@@ -71,17 +73,20 @@ def _check(rec: Recording, where: str) -> Recording:
             raise ReplayFormatError(f"{where}: {name} holds NaN or +inf")
         if bool(torch.isneginf(x).all(dim=-1).any()):
             raise ReplayFormatError(f"{where}: {name} has a row with no finite logit")
-    if not (math.isfinite(rec.temperature) and rec.temperature > 0):
+    try:
+        check_params_domain(rec.temperature, rec.top_k, rec.top_p, where=where)
+    except BadSamplingParams as e:
+        raise ReplayFormatError(str(e)) from None
+    if rec.temperature == 0:
         raise ReplayFormatError(f"{where}: temperature must be > 0 (greedy targets have no "
-                                f"sampled acceptance law); got {rec.temperature}")
-    if rec.top_k < 0 or not 0 < rec.top_p <= 1:
-        raise ReplayFormatError(f"{where}: need top_k >= 0 and top_p in (0, 1]")
+                                "sampled acceptance law); got 0")
     return Recording(t.float(), d.float(), rec.temperature, rec.top_k, rec.top_p)
 
 
 def load_recording(path: str | Path) -> Recording:
     """Read and validate a replay file; errors name the file and what is wrong."""
     try:
+        require_regular(path, "replay file")  # a FIFO would block safetensors' open
         with safe_open(str(path), framework="pt") as f:
             names = set(f.keys())
             meta = f.metadata() or {}
@@ -89,6 +94,8 @@ def load_recording(path: str | Path) -> Recording:
                 raise ReplayFormatError(f"{path}: tensors {sorted(names)}; need exactly "
                                         "target_logits and draft_logits")
             t, d = f.get_tensor("target_logits"), f.get_tensor("draft_logits")
+    except FileRefused as e:
+        raise ReplayFormatError(str(e)) from None
     except (OSError, SafetensorError) as e:
         raise ReplayFormatError(f"cannot read {path}: {e}") from e
     if meta.get("format") != FORMAT:

@@ -7,24 +7,31 @@ import hmac
 import os
 from pathlib import Path
 
+from specpair.files import FileRefused, read_small
 from specpair.wire.errors import BadKey
 
 __all__ = [
-    "MIN_KEY_BYTES", "load_key", "check_key", "new_nonce",
+    "MIN_KEY_BYTES", "MAX_KEY_FILE_BYTES", "load_key", "check_key", "new_nonce",
     "target_mac", "drafter_mac", "macs_equal",
 ]
 
 MIN_KEY_BYTES = 16
+MAX_KEY_FILE_BYTES = 4096  # a key file is a short secret; anything longer is a mistake
 _TARGET = b"specpair-wire/1 target"
 _DRAFTER = b"specpair-wire/1 drafter"
 
 
 def load_key(path: str | Path) -> bytes:
-    """Read a key file (surrounding whitespace stripped); at least 16 bytes."""
+    """Read a key file (surrounding whitespace stripped); at least 16 bytes.
+
+    The file must be a regular file of at most MAX_KEY_FILE_BYTES that neither its group nor
+    others may read or write (mode 0600 or 0400, as ssh requires of a private key): /dev/zero,
+    a FIFO or a directory is refused at once, without reading it.
+    """
     try:
-        key = Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise BadKey(f"cannot read the key file {path}: {exc.strerror}") from None
+        key = read_small(path, MAX_KEY_FILE_BYTES, "key file", private=True).strip()
+    except FileRefused as exc:
+        raise BadKey(str(exc)) from None
     return check_key(key, str(path))
 
 
