@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 
 from specpair.cli import build_parser, leaf_parsers, main
 from specpair.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from specpair.overlay.cli import EXIT_BAD_OVERLAY
 from specpair.replay.format import FORMAT
 
 SNAPSHOT = Path(__file__).parents[1] / "health" / "snapshots" / "fault_xid79.json"
@@ -82,19 +83,19 @@ SPECS: dict[tuple[str, ...], Spec] = {
         ((("{tmp}/out.safetensors", "--from-models", "{tmp}/nope", "{tmp}/nope", "--depth", "2"),
           BAD),)),
     ("overlay", "apply"): Spec(("--site-packages", "{tmp}/site"),
-                               {"--site-packages": FileArg("dir", EXIT_FAILED),
-                                "--overlay": FileArg("dir", EXIT_FAILED)}),
+                               {"--site-packages": FileArg("dir"),
+                                "--overlay": FileArg("dir", EXIT_BAD_OVERLAY)}),
     ("overlay", "verify"): Spec(("--site-packages", "{tmp}/site"),
-                                {"--site-packages": FileArg("dir", EXIT_FAILED),
-                                 "--overlay": FileArg("dir", EXIT_FAILED)}),
+                                {"--site-packages": FileArg("dir"),
+                                 "--overlay": FileArg("dir", EXIT_BAD_OVERLAY)}),
     ("overlay", "status"): Spec(("--site-packages", "{tmp}/site"),
-                                {"--site-packages": FileArg("dir", EXIT_FAILED),
-                                 "--overlay": FileArg("dir", EXIT_FAILED)}),
+                                {"--site-packages": FileArg("dir"),
+                                 "--overlay": FileArg("dir", EXIT_BAD_OVERLAY)}),
     # Never with the default --overlay: it would rewrite overlays/vllm/0.32.0/manifest.json.
     ("overlay", "manifest"): Spec(("--overlay", "{tmp}/no-overlay"), {"--overlay": FileArg("dir")}),
     ("overlay", "unpack"): Spec(("--variant", "no-such-variant", "--dest", "{tmp}/unpacked"),
                                 extra=((("--variant", "no-such-variant", "--dest", "{tmp}/u"),
-                                        EXIT_FAILED),)),
+                                        BAD),)),
     ("deploy",): Spec((*_DEPLOY, "--release", "{release}"),
                       {"--inventory": FileArg("inventory"), "{release}": FileArg("yaml")},
                       ((("-i", "local", "--release", "nosuchname"), BAD),

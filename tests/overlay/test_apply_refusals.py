@@ -93,7 +93,7 @@ def test_another_vllm_version_is_named_cleanly(manifest, unpacked, tmp_path, cap
     version.write_text(version.read_text().replace("'0.32.0'", "'0.33.0'").replace(
         "(0, 32, 0)", "(0, 33, 0)"))
     before = snapshot(site)
-    assert main(["overlay", "apply", "--site-packages", str(site)]) == EXIT_WRONG_VLLM == 3
+    assert main(["overlay", "apply", "--site-packages", str(site)]) == EXIT_WRONG_VLLM == 4
     line = _one_line_error(capsys.readouterr().err, "WrongVllm")
     assert line.endswith(f"{site}/vllm is vLLM 0.33.0; this overlay fits vLLM 0.32.0 only "
                          "(builds cpu, cuda)")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from specpair.errors import EXIT_BAD_INPUT
 from specpair.overlay.errors import (
     BadExclusion,
     BadOverlay,
@@ -20,23 +21,25 @@ from specpair.overlay.errors import (
     WrongVllm,
 )
 
-__all__ = ["add_parser", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "EXIT_WRONG_VLLM",
+__all__ = ["add_parser", "EXIT_OK", "EXIT_REFUSED", "EXIT_WRONG_VLLM",
            "EXIT_CANNOT_WRITE", "EXIT_BAD_OVERLAY"]
 
 EXIT_OK = 0  # done; status: clean or applied
 EXIT_REFUSED = 1  # the tree is not in the state asked for (drifted, partial, not applied, ...)
-EXIT_USAGE = 2  # bad arguments (argparse's own code too)
-EXIT_WRONG_VLLM = 3  # no vLLM there, or not a vLLM 0.32.0 build the overlay knows
-EXIT_CANNOT_WRITE = 4  # read-only, not this user's, a symlink leaving the tree, an I/O error
+# 4 (docs/cli.md: bad input): bad arguments; a --site-packages with no vLLM or not a 0.32.0 build
+# the overlay knows; a tree that cannot be read or written (read-only, not this user's, a symlink
+# leaving the tree, an I/O error)
+EXIT_WRONG_VLLM = EXIT_CANNOT_WRITE = EXIT_BAD_INPUT
 EXIT_BAD_OVERLAY = 5  # the overlay directory or a pinned wheel does not match its pins
 
 EXIT_CODES = (
     "exit codes: 0 done (status: clean or applied); 1 not in the state asked for: verify finds "
     "the overlay not applied or drifted, status reports partial or drifted, apply refuses a "
     "file at neither its pinned base nor its result, or other exclusions than the tree "
-    "carries; 2 bad arguments; 3 not a vLLM 0.32.0 build the overlay knows (the version found "
-    "is named); 4 cannot read or write the tree (read-only, not this user's, a directory "
-    "whose symlink leads outside --site-packages, an I/O error); 5 the overlay directory or "
+    "carries; 4 bad input: bad arguments, no vLLM 0.32.0 build the overlay knows (the "
+    "version found is named), or a tree it cannot read or write (read-only, not this "
+    "user's, a directory whose symlink leads outside --site-packages, an I/O error); 5 the "
+    "overlay directory or "
     "a pinned wheel does not match its pins")
 
 
@@ -88,7 +91,7 @@ def _exit_code(err: OverlayError) -> int:
     if isinstance(err, BadOverlay | PatchFormatError | WheelHashMismatch | WheelUnavailable):
         return EXIT_BAD_OVERLAY
     if isinstance(err, BadExclusion):
-        return EXIT_USAGE
+        return EXIT_BAD_INPUT
     return EXIT_REFUSED
 
 
@@ -176,6 +179,6 @@ def _unpack(args: argparse.Namespace) -> int:
     man = _manifest_of(args)
     if args.variant not in man.variants:
         return _fail(args, "UnknownVariant", f"unknown variant {args.variant!r}; known "
-                     f"{sorted(man.variants)}", EXIT_USAGE)
+                     f"{sorted(man.variants)}", EXIT_BAD_INPUT)
     site = unpack(ensure_wheel(man.variants[args.variant].wheel), args.dest)
     return _report(args, EXIT_OK, {"site_packages": str(site)}, f"unpacked into {site}")
