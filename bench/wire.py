@@ -98,7 +98,7 @@ def _loopback(b: int, kind: str, items: list[DraftItem], rounds: int) -> tuple[f
             t = time.perf_counter()
             out = c.propose(batch, deadline_s=5.0)
             dt = time.perf_counter() - t
-            assert all(isinstance(d, DraftItem) for d in out), c.missing
+            assert all(isinstance(d, DraftItem) for d in out), out
             if r >= 5:  # after connect and warm-up
                 lat.append(dt)
     q = statistics.quantiles(lat, n=100)

@@ -31,11 +31,13 @@ from specpair.rng import Stream, uniform
 from specpair.sampling import SamplingParams, process_logits, sample_from_weights
 from specpair.verify import Verdict, verify
 from specpair.wire.assemble import to_proposal
-from specpair.wire.client import MISSING, DraftClient, MissingReason
+from specpair.wire.client import DraftClient
 from specpair.wire.codec import encode
 from specpair.wire.conn import Connection
 from specpair.wire.errors import AuthFailed
 from specpair.wire.frames import ItemStatus, Propose, ProposeItem, RequestParams
+from specpair.wire.session import DraftSession, StepRequest
+from specpair.wire.source import Missing, MissingReason
 
 V, K = 512, 3
 START_TIMEOUT_S = 120  # a drafter process imports torch + transformers: slow on a busy box
@@ -76,14 +78,24 @@ class Target:
         self.model = AutoModelForCausalLM.from_pretrained(pair.target,
                                                           local_files_only=True).eval()
         self.ctx = {r: [1, 10 + r, 20 + r, 30 + r] for r in range(n)}
-        self.new = {r: list(c) for r, c in self.ctx.items()}
-        self.acc = dict.fromkeys(self.ctx, 0)
+        self.sampled = dict.fromkeys(self.ctx, 1)  # tokens committed by the last round
         self.params = SamplingParams.make(n, temperature=1.0, seed=[100 + r for r in range(n)])
 
-    def items(self) -> list[ProposeItem]:
-        return [ProposeItem(r, torch.tensor(self.new[r]), self.acc[r], len(c), K,
-                            RequestParams(1.0, 0, 1.0, 100 + r), None)
-                for r, c in self.ctx.items()]
+    def whole(self, r: int) -> ProposeItem:
+        """Request r's whole history as one wire item."""
+        c = self.ctx[r]
+        return ProposeItem(r, torch.tensor(c), 0, len(c), K, RequestParams(1.0, 0, 1.0, 100 + r),
+                           None)
+
+    def steps(self, session: DraftSession) -> list[StepRequest]:
+        """This step's requests, as an adapter hands them to the session."""
+        session.begin({str(r) for r in self.ctx})
+        out = []
+        for r, c in self.ctx.items():
+            start = session.needed_from(str(r), len(c))
+            out.append(StepRequest(str(r), len(c), torch.tensor(c[start:]), self.sampled[r], K,
+                                   RequestParams(1.0, 0, 1.0, 100 + r)))
+        return out
 
     @torch.no_grad()
     def logits(self, proposal: Proposal) -> torch.Tensor:
@@ -91,8 +103,10 @@ class Target:
                 for i, c in enumerate(self.ctx.values())]
         return torch.stack(rows)  # [B, K+1, V]
 
-    def round(self, client: DraftClient, deadline_s: float) -> tuple[list, Verdict, torch.Tensor]:
-        drafts = client.propose(self.items(), deadline_s)
+    def round(self, session: DraftSession,
+              deadline_s: float) -> tuple[list, Verdict, torch.Tensor]:
+        session.deadline_s = deadline_s
+        drafts = session.step(self.steps(session))
         prop = to_proposal(drafts, K, V)
         logits = self.logits(prop)
         pos = torch.tensor([len(c) for c in self.ctx.values()])
@@ -100,7 +114,7 @@ class Target:
         for i, r in enumerate(self.ctx):
             emitted = verdict.tokens[i, : int(verdict.num_emitted[i])].tolist()
             self.ctx[r] = self.ctx[r] + emitted
-            self.new[r], self.acc[r] = emitted, int(verdict.num_accepted[i])
+            self.sampled[r] = len(emitted)
         return drafts, verdict, logits
 
 
@@ -118,7 +132,8 @@ def live(tiny_pair: TinyPair, key_file: Path) -> Iterator[dict]:
     client = DraftClient("127.0.0.1", d.port, key_file.read_bytes().strip(), vocab_size=V,
                          tokenizer_fingerprint=fingerprint(tiny_pair.target),
                          connect_timeout_s=10.0)
-    state = {"drafter": d, "client": client, "target": Target(tiny_pair, 3)}
+    state = {"drafter": d, "client": client, "session": DraftSession(client, V, 10.0),
+             "target": Target(tiny_pair, 3)}
     yield state
     client.close()
     for proc in (state["drafter"].proc, d.proc):
@@ -133,17 +148,17 @@ def test_unauthenticated_client_is_refused(live: dict, tiny_pair: TinyPair) -> N
                         connect_timeout_s=10.0)
     with pytest.raises(AuthFailed):
         wrong.connect()
-    assert wrong.propose(live["target"].items()[:1], 0.5) == [MISSING]
+    assert wrong.propose([live["target"].whole(0)], 0.5) == [Missing(MissingReason.DISCONNECTED)]
 
 
 def test_live_rounds_are_verified_and_counted(live: dict) -> None:
-    client, target = live["client"], live["target"]
+    client, session, target = live["client"], live["session"], live["target"]
     hello = client.connect()
     assert hello.vocab_size == V and hello.max_depth >= K
     accepted = 0
     for _ in range(6):
-        drafts, verdict, _ = target.round(client, deadline_s=10.0)
-        assert all(d is not MISSING for d in drafts), client.missing
+        drafts, verdict, _ = target.round(session, deadline_s=10.0)
+        assert all(d is not None for d in drafts), session.counters
         assert not bool(verdict.dropped.any())
         accepted += int(verdict.num_accepted.sum())
     assert accepted > 0  # 18 request-rounds at ~1.5 accepted each: 0 would mean garbage q
@@ -156,17 +171,17 @@ def test_live_rounds_are_verified_and_counted(live: dict) -> None:
 
 def test_kill_mid_round_restart_resync_and_sigterm(live: dict, tiny_pair: TinyPair,
                                                    key_file: Path) -> None:
-    client, target, d = live["client"], live["target"], live["drafter"]
+    session, target, d = live["session"], live["target"], live["drafter"]
     # Freeze the drafter, send a round, kill it while that round is pending.
     os.kill(d.proc.pid, signal.SIGSTOP)
     killer = threading.Timer(0.3, os.kill, (d.proc.pid, signal.SIGKILL))
     killer.start()
     t0 = time.monotonic()
-    drafts, verdict, logits = target.round(client, deadline_s=3.0)
+    drafts, verdict, logits = target.round(session, deadline_s=3.0)
     elapsed = time.monotonic() - t0
     killer.join()
     assert d.proc.wait(10) == -signal.SIGKILL
-    assert drafts == [MISSING] * 3 and elapsed < 3.0 + 1.0, (drafts, elapsed)
+    assert drafts == [None] * 3 and elapsed < 3.0 + 1.0, (drafts, elapsed)
     # No wrong tokens: a dropped round is the target's own draw at position 1 (RECOVER).
     pos = torch.tensor([len(c) - 1 for c in target.ctx.values()])
     p1 = torch.exp(process_logits(logits[:, 0], target.params).double())
@@ -193,19 +208,20 @@ def test_kill_mid_round_restart_resync_and_sigterm(live: dict, tiny_pair: TinyPa
     conn.close()
     assert statuses == [ItemStatus.RESYNC, ItemStatus.OK]
 
-    # The client reconnects (after its backoff) and resends whole histories: OK again.
+    # The client reconnects (after its backoff) and the session resends whole histories.
     for _ in range(40):
-        drafts, verdict, _ = target.round(client, deadline_s=10.0)
-        if all(x is not MISSING for x in drafts):
+        drafts, verdict, _ = target.round(session, deadline_s=10.0)
+        if all(x is not None for x in drafts):
             break
         time.sleep(0.1)
-    assert all(x is not MISSING for x in drafts), client.missing
-    assert client.missing[MissingReason.DISCONNECTED] >= 3
+    assert all(x is not None for x in drafts), session.counters
+    assert session.counters.missing_by_reason["disconnected"] >= 3
 
     # SIGTERM: the drafter closes its connections and exits 0.
     d2.proc.send_signal(signal.SIGTERM)
     assert d2.proc.wait(30) == 0
     assert any("stopped" in line for line in d2.stderr)
     t0 = time.monotonic()
-    assert client.propose(target.items(), 1.0) == [MISSING] * 3
+    session.deadline_s = 1.0
+    assert session.step(target.steps(session)) == [None] * 3
     assert time.monotonic() - t0 < 1.5

@@ -27,7 +27,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from specpair.vllm.remote import Drafts
+from specpair.proposal import QKind
+from specpair.qlaw import Drafts
 from specpair.vllm.v2 import write_draft_logits
 
 pytestmark = [
@@ -65,8 +66,8 @@ def _verify(draft_logits_scale: float, invalid: bool = False):
     drafts = torch.multinomial(lq.exp(), r, replacement=True, generator=g).T.contiguous()  # [r,K]
     buf = torch.zeros(r, K, V, dtype=torch.float32, device=dev)
     if draft_logits_scale == T:
-        write_draft_logits(buf, list(range(r)), [Drafts(drafts[i], lq) for i in range(r)],
-                           [T] * r)
+        write_draft_logits(buf, list(range(r)),
+                           [Drafts(drafts[i], QKind.DENSE, lq, None) for i in range(r)], [T] * r)
     else:  # the control: log q stored without the temperature factor
         buf[:] = lq.to(dev) * draft_logits_scale
     n = K + 1

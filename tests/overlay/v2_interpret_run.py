@@ -31,7 +31,8 @@ CudaDriver.is_active = staticmethod(lambda: True)
 from vllm.triton_utils import tl  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu  # noqa: E402
 
-from specpair.vllm.remote import Drafts  # noqa: E402
+from specpair.proposal import QKind  # noqa: E402
+from specpair.qlaw import Drafts  # noqa: E402
 from specpair.vllm.v2 import write_draft_logits  # noqa: E402
 
 rsu.tldevice = SimpleNamespace(log1p=lambda x: tl.log(1.0 + x))
@@ -48,7 +49,8 @@ def main() -> int:
     drafts = torch.multinomial(lq.exp()[0], r, replacement=True, generator=g)
     buf = torch.full((r, K, V), float("-inf"))
     write_draft_logits(buf, list(range(n_remote)),
-                       [Drafts(drafts[i : i + 1], lq) for i in range(n_remote)], [T] * n_remote)
+                       [Drafts(drafts[i : i + 1], QKind.DENSE, lq, None) for i in range(n_remote)],
+                       [T] * n_remote)
     buf[n_remote : n_remote + n_control, 0] = lq[0]  # the control: no factor T
     ds = torch.zeros(r, K + 1, dtype=torch.int64)
     ds[:, 1] = drafts

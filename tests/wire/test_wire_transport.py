@@ -1,12 +1,12 @@
-"""Loopback tests of the transport and the client, with in-process and subprocess drafters."""
+"""Loopback tests of the transport and the client, with in-process drafters.
+
+What the drafter holds of each request, and when a whole history is due, is the
+session's (tests/wire/test_wire_session.py): here items go as the test writes them."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from specpair.proposal import QKind
+from specpair.qlaw import Drafts
 from specpair.sampling import SamplingParams
 from specpair.verify import verify
 from specpair.wire import errors as E
 from specpair.wire.assemble import to_proposal
-from specpair.wire.client import MISSING, DraftClient, MissingReason
+from specpair.wire.client import DraftClient
 from specpair.wire.codec import decode, encode
 from specpair.wire.format import HEADER, Kind, seal
 from specpair.wire.frames import (
@@ -33,6 +34,7 @@ from specpair.wire.frames import (
 )
 from specpair.wire.loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
+from specpair.wire.source import Missing, MissingReason
 
 V = 500
 KEY = b"k" * 32
@@ -76,7 +78,7 @@ def test_round_trip_verified_and_usable_by_the_verifier(pair):
     assert torch.equal(out[0].q_ids[0], ids) and torch.equal(out[0].q_logp[0], lp)
     out = c.propose([item(1, [out[0].tokens[0].item(), 4], 5)], deadline_s=5.0)
     assert isinstance(out[0], DraftItem) and drafter.full_resends == 2  # only the first rounds
-    batch = out + [MISSING]
+    batch = [Drafts(d.tokens, d.kind, d.q_logp, d.q_ids) for d in out] + [None]  # + MISSING
     proposal = to_proposal(batch, depth=3, vocab_size=V)
     assert proposal.present.tolist() == [True, False]
     verdict = verify(torch.randn(2, 4, V), proposal, SamplingParams.make(2, seed=[11, 12]),
@@ -92,8 +94,8 @@ def test_client_without_the_key_is_refused():
         with pytest.raises(E.AuthFailed):
             client(srv.port, key=b"x" * 32).connect()
         bad = client(srv.port, key=b"x" * 32)
-        assert bad.propose([item(1, [1, 2], 2)], 1.0) == [MISSING]
-        assert bad.missing[MissingReason.DISCONNECTED] == 1 and "ERROR 2" in bad.last_error
+        assert bad.propose([item(1, [1, 2], 2)], 1.0) == [Missing(MissingReason.DISCONNECTED)]
+        assert "ERROR 2" in bad.last_error
         assert srv.server.stats.auth_failures == 2 and srv.server.stats.rounds == 0
         assert drafter.lengths == {}  # the handler never ran
 
@@ -172,9 +174,8 @@ def test_late_answer_is_missing_within_the_deadline_then_skipped():
     with ServerThread(drafter, hello, KEY) as srv, client(srv.port) as c:
         c.connect()
         t0 = time.monotonic()
-        assert c.propose([item(1, [1, 2], 2)], deadline_s=0.05) == [MISSING]
+        assert c.propose([item(1, [1, 2], 2)], deadline_s=0.05) == [Missing(MissingReason.LATE)]
         assert time.monotonic() - t0 < 0.15  # never blocks past the deadline (+ scheduling)
-        assert c.missing[MissingReason.LATE] == 1
         drafter.delay_s = 0.0
         out = c.propose([item(1, [3], 3)], deadline_s=5.0)
         assert isinstance(out[0], DraftItem) and c.late_answers == 1
@@ -187,12 +188,11 @@ def test_many_late_rounds_stay_in_order_through_the_bounded_queue():
         c.connect()
         for pos in (2, 3, 4):  # each round late; the drafter still applies every history
             assert c.propose([item(1, list(range(pos)) if pos == 2 else [pos], pos)],
-                             deadline_s=0.01) == [MISSING]
+                             deadline_s=0.01) == [Missing(MissingReason.LATE)]
         drafter.delay_s = 0.0
         out = c.propose([item(1, [5], 5)], deadline_s=5.0)
         assert isinstance(out[0], DraftItem) and c.late_answers == 3
         assert drafter.lengths[1] == 5 and drafter.full_resends == 1
-        assert c.missing[MissingReason.LATE] == 3
 
 
 def test_unreachable_drafter_returns_at_once_and_backs_off():
@@ -201,39 +201,35 @@ def test_unreachable_drafter_returns_at_once_and_backs_off():
     port.close()
     c = client(free, backoff_initial_s=10.0)
     t0 = time.monotonic()
-    assert c.propose([item(1, [1], 1)], 0.5) == [MISSING]
-    assert c.propose([item(1, [2], 2)], 0.5) == [MISSING]  # backing off: no new attempt
+    gone = [Missing(MissingReason.DISCONNECTED)]
+    assert c.propose([item(1, [1], 1)], 0.5) == gone
+    assert c.propose([item(1, [2], 2)], 0.5) == gone  # backing off: no new attempt
     assert time.monotonic() - t0 < 0.5
-    assert c.missing[MissingReason.DISCONNECTED] == 2 and c.connects == 0
+    assert c.connects == 0 and c.ensure_connected(0.5) is None
 
 
 def test_resync_then_whole_history(pair):
     drafter, _, c = pair
     assert isinstance(c.propose([item(1, [1, 2, 3], 3)], 5.0)[0], DraftItem)
     drafter.release((1,))  # the drafter lost the request's state
-    assert c.propose([item(1, [4], 4)], 5.0) == [MISSING]
-    assert c.missing[MissingReason.RESYNC] == 1
-    out = c.propose([item(1, [5], 5)], 5.0)
+    assert c.propose([item(1, [4], 4)], 5.0) == [Missing(MissingReason.RESYNC)]
+    out = c.propose([item(1, [1, 2, 3, 4, 5], 5)], 5.0)  # the whole history
     assert isinstance(out[0], DraftItem) and drafter.lengths[1] == 5
     assert drafter.full_resends == 2
 
 
-def test_restarted_drafter_gets_whole_histories():
+def test_reconnect_after_the_drafter_restarted_is_a_new_epoch():
     hello = trivial_hello(V)
-    first = TrivialDrafter(hello)
-    srv = ServerThread(first, hello, KEY).start()
+    srv = ServerThread(TrivialDrafter(hello), hello, KEY).start()
     port = srv.port
     c = client(port, backoff_initial_s=0.01)
-    assert isinstance(c.propose([item(1, [1, 2], 2), item(2, [7], 1)], 5.0)[0], DraftItem)
+    assert c.ensure_connected(5.0) == 1
+    assert isinstance(c.propose([item(1, [1, 2], 2)], 5.0)[0], DraftItem)
     srv.stop()
-    out = c.propose([item(1, [3], 3), item(2, [8], 2)], 1.0)
-    assert out == [MISSING, MISSING]
-    second = TrivialDrafter(hello)
-    with ServerThread(second, hello, KEY, port=port):
+    assert isinstance(c.propose([item(1, [3], 3)], 1.0)[0], Missing)  # shutting down / gone
+    with ServerThread(TrivialDrafter(hello), hello, KEY, port=port):
         time.sleep(0.05)
-        out = c.propose([item(1, [4], 4), item(2, [9], 3)], 5.0)
-        assert all(isinstance(d, DraftItem) for d in out), c.missing
-        assert second.full_resends == 2 and second.lengths == {1: 4, 2: 3}
+        assert c.ensure_connected(5.0) == 2  # the session resends whole histories now
     c.close()
 
 
@@ -245,10 +241,10 @@ def test_handler_failure_answers_resync(pair):
 
     real = drafter._item
     drafter._item = boom
-    assert c.propose([item(1, [1, 2], 2)], 5.0) == [MISSING]
-    assert c.missing[MissingReason.RESYNC] == 1 and srv.server.stats.handler_failures == 1
+    assert c.propose([item(1, [1, 2], 2)], 5.0) == [Missing(MissingReason.RESYNC)]
+    assert srv.server.stats.handler_failures == 1
     drafter._item = real
-    assert isinstance(c.propose([item(1, [3], 3)], 5.0)[0], DraftItem)
+    assert isinstance(c.propose([item(1, [1, 2, 3], 3)], 5.0)[0], DraftItem)  # sent whole
 
 
 def test_context_features_arrive_aligned_and_steer_the_drafts():
@@ -269,6 +265,8 @@ def test_context_features_arrive_aligned_and_steer_the_drafts():
         assert not torch.equal(b.q_ids, same_tokens.q_ids)  # the law depends on the features
         with pytest.raises(E.FeatureMismatch):
             c.propose([item(3, [1], 1)], 1.0)  # features missing: the caller's bug
+        with pytest.raises(E.BadShape):
+            c.propose([item(3, [1, 2], 2, features=feats([1], 0))], 1.0)  # a row short
 
 
 def test_release_reaches_the_drafter(pair):
@@ -293,70 +291,30 @@ def test_greedy_drafter_point_mass():
         assert d.kind == QKind.POINT_MASS and d.q_logp is None
 
 
-def test_bad_batches_raise_and_change_nothing(pair):
-    _, _, c = pair
+def test_bad_batches_raise_and_send_nothing(pair):
+    _, srv, c = pair
     with pytest.raises(E.DuplicateRequest):
         c.propose([item(1, [1], 1), item(1, [1], 1)], 1.0)
     with pytest.raises(E.TokenLimit):
-        c.propose([item(1, [1], 1), item(2, [1], 5)], 1.0)  # position does not follow
+        c.propose([item(1, [1], 1), item(2, [1, 2], 1)], 1.0)  # more new tokens than position
+    with pytest.raises(E.FeatureMismatch):
+        c.propose([item(1, [1], 1, features=torch.zeros(1, 4))], 1.0)  # none declared
     with pytest.raises(E.TokenOutOfRange):
         c.propose([item(1, [1], 1), item(2, [V], 1)], 1.0)  # the drafter would refuse it
     with pytest.raises(E.BadParams):
         c.propose([item(1, [1], 1), ProposeItem(2, torch.tensor([1]), 0, 1, 3,
                                                 RequestParams(-1.0, 0, 1.0, 0), None)], 1.0)
-    assert len(c._history) == 0
+    assert c.hello is None and srv.server.stats.rounds == 0  # not even connected
 
 
 def test_depth_beyond_the_drafter_is_missing_locally(pair):
     drafter, srv, c = pair
     out = c.propose([item(1, [1, 2], 2, depth=3), item(2, [3], 1, depth=9)], 5.0)
-    assert isinstance(out[0], DraftItem) and out[1] is MISSING
-    assert c.missing[MissingReason.REFUSED] == 1 and srv.server.stats.malformed == 0
-    out = c.propose([item(1, [4], 3), item(2, [5], 2, depth=2)], 5.0)
-    assert all(isinstance(d, DraftItem) for d in out)  # request 2 went whole, once served
-    assert drafter.lengths == {1: 3, 2: 2}
-
-
-DRAFTER = textwrap.dedent("""
-    import sys
-    from specpair.wire.loopback import TrivialDrafter, trivial_hello
-    from specpair.wire.server import serve
-    hello = trivial_hello(500)
-    serve(TrivialDrafter(hello, delay_s=float(sys.argv[2])), hello, "127.0.0.1",
-          int(sys.argv[1]), key=b"k" * 32, ready=lambda p: print("ready", p, flush=True))
-""")
-
-
-def _spawn(port, delay):
-    p = subprocess.Popen([sys.executable, "-c", DRAFTER, str(port), str(delay)],
-                         stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert line.startswith("ready"), line
-    return p, int(line.split()[1])
-
-
-def test_killed_drafter_process_mid_round_then_restart():
-    p, port = _spawn(0, 1.0)
-    try:
-        c = client(port, backoff_initial_s=0.01)
-        c.connect(timeout_s=5.0)
-        threading.Timer(0.2, p.kill).start()  # SIGKILL while the round is in the handler
-        t0 = time.monotonic()
-        assert c.propose([item(1, [1, 2, 3], 3)], deadline_s=3.0) == [MISSING]
-        assert time.monotonic() - t0 < 1.0  # noticed the death, did not wait out the deadline
-        assert c.missing[MissingReason.DISCONNECTED] == 1
-    finally:
-        p.kill()
-        p.wait()
-    p, _ = _spawn(port, 0.0)
-    try:
-        pos = iter(range(4, 1000))
-        assert wait_for(lambda: isinstance(c.propose([item(1, [4], next(pos))], 2.0)[0],
-                                           DraftItem), timeout=10.0)
-        # a fresh drafter answers OK only to a whole history: the client resent it
-    finally:
-        p.terminate()
-        assert p.wait(10) == 0  # clean shutdown on SIGTERM
+    assert isinstance(out[0], DraftItem) and out[1] == Missing(MissingReason.REFUSED)
+    assert srv.server.stats.malformed == 0 and drafter.lengths == {1: 2}  # 2 was not sent
+    out = c.propose([item(1, [4], 3), item(2, [3, 5], 2, depth=2)], 5.0)
+    assert all(isinstance(d, DraftItem) for d in out)  # request 2 whole, once served
+    assert drafter.lengths == {1: 3, 2: 2} and c.connects == 1
 
 
 def test_shutdown_with_a_release_still_queued_logs_no_error():

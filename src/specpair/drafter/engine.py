@@ -42,6 +42,7 @@ from specpair.draft import DraftMode, propose
 from specpair.drafter.metrics import Metrics
 from specpair.drafter.model import DraftModel, Row
 from specpair.proposal import Proposal, QKind
+from specpair.qlaw import Drafts, widen
 from specpair.sampling import SamplingParams
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame, Propose, ProposeItem
 
@@ -228,11 +229,8 @@ class DrafterEngine:
             s = int((ids >= 0).sum(dim=1).max())
             ids, logp = ids[:, :s].clone(), prop.q_logp[b, :k, :s].clone()
             if s > self._hello.max_support:  # too wide for SPARSE: the same values, DENSE
-                valid = ids >= 0  # padding rewrites column 0's value at column 0's id
-                safe = torch.where(valid, ids, ids[:, :1])
-                vals = torch.where(valid, logp, logp[:, :1])
-                dense = torch.full((k, self.model.vocab_size), float("-inf"))
-                kind, logp, ids = QKind.DENSE, dense.scatter_(1, safe, vals), None
+                sparse = Drafts(tokens, QKind.SPARSE, logp, ids)
+                kind, logp, ids = QKind.DENSE, widen(sparse, self.model.vocab_size), None
         return DraftItem(request_id=it.request_id, status=ItemStatus.OK, tokens=tokens,
                          kind=kind, q_logp=logp, q_ids=ids)
 

@@ -1,4 +1,5 @@
-"""Build the draft client the remote speculators call, from the environment.
+"""What the V1 proposer and the V2 speculator share: the drafting session, built from the
+environment, and the drafter's seeds.
 
 vLLM builds speculators from its config inside worker processes, so the
 drafter's address travels in environment variables (documented in
@@ -7,9 +8,9 @@ overlays/vllm/0.32.0/README.md):
 - ``SPECPAIR_DRAFTER``: ``HOST:PORT`` of a ``specpair drafter serve`` process
   (the probability wire, ``specpair.wire.client.DraftClient``), or
   ``inproc:MODEL_DIR`` to run the drafter engine inside the target process
-  (development and tests; no network).
+  (``specpair.drafter.inprocess.InProcessSource``; development and tests, no network).
 - ``SPECPAIR_DRAFTER_KEY_FILE``: the shared key file of the wire.
-- ``SPECPAIR_DRAFT_DEADLINE_MS``: per-round deadline (default 200); a later
+- ``SPECPAIR_DRAFT_DEADLINE_MS``: per-step deadline (default 200); a later
   answer is MISSING and that step is target-only.
 - ``SPECPAIR_DRAFT_FEATURES``: ``KIND:DTYPE:WIDTH`` of the target hidden states
   the drafter's HELLO asks for (e.g. ``LAST_HIDDEN:bfloat16:7168``; V2 only).
@@ -21,31 +22,28 @@ size and tokenizer fingerprint (of the target's tokenizer directory).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from specpair.vllm.remote import RemoteDrafts
-from specpair.wire.frames import DraftItem, FeatureKind, FeatureSpec, Propose, ProposeItem
+from specpair.wire.frames import FeatureKind, FeatureSpec
+from specpair.wire.session import DraftSession
+from specpair.wire.source import DraftSource
 
-__all__ = ["InProcessClient", "deadline_s", "make_client"]
+__all__ = ["LazyRemote", "deadline_s", "drafter_seed", "make_source"]
+
+# Odd 64-bit constant (2^64 / golden ratio): multiplying by it mod 2^64 is a bijection
+# that spreads nearby seeds apart, so the key of a request's drafts (specpair.rng's
+# DRAFT stream) is not the vLLM seed that keys the verifier's own noise.
+_SEED_MIX = 0x9E3779B97F4A7C15
 
 
-class InProcessClient:
-    """The draft-client contract served by an in-process DrafterEngine (no wire)."""
-
-    def __init__(self, engine: object) -> None:
-        self.engine = engine  # specpair.drafter.engine.DrafterEngine
-        self._round = 0
-
-    def propose(self, batch: Sequence[ProposeItem], deadline_s: float) -> dict[int, DraftItem]:
-        self._round += 1
-        frame = self.engine.handle(Propose(self._round, tuple(batch)))
-        return {it.request_id: it for it in frame.items}
-
-    def release(self, request_ids: Sequence[int]) -> None:
-        self.engine.release(request_ids)
+def drafter_seed(seed: int | None) -> int:
+    """The 63-bit Philox key of a request's drafts, from its vLLM seed (any 64-bit int);
+    a fresh random key when the request has none (callers keep it for the request)."""
+    if seed is None:
+        return int.from_bytes(os.urandom(8), "little") >> 1
+    return ((seed * _SEED_MIX) & (2**64 - 1)) >> 1
 
 
 def deadline_s() -> float:
@@ -61,8 +59,8 @@ def _features() -> FeatureSpec | None:
     return FeatureSpec(FeatureKind[kind.upper()], getattr(torch, dtype), int(width))
 
 
-def make_client(vocab_size: int, tokenizer_dir: str | Path) -> object:
-    """The client named by SPECPAIR_DRAFTER (see the module docstring)."""
+def make_source(vocab_size: int, tokenizer_dir: str | Path) -> DraftSource:
+    """The draft source named by SPECPAIR_DRAFTER (see the module docstring)."""
     from specpair.models.tokenizer import fingerprint
 
     where = os.environ.get("SPECPAIR_DRAFTER", "")
@@ -70,13 +68,14 @@ def make_client(vocab_size: int, tokenizer_dir: str | Path) -> object:
         raise ValueError("SPECPAIR_DRAFTER is not set (HOST:PORT of the drafter, or inproc:DIR)")
     if where.startswith("inproc:"):
         from specpair.drafter.engine import DrafterEngine
+        from specpair.drafter.inprocess import InProcessSource
         from specpair.drafter.model import HFDraftModel
         from specpair.wire.format import VERSION
 
         model_dir = Path(where.removeprefix("inproc:"))
         engine = DrafterEngine(HFDraftModel(model_dir),
                                tokenizer_fingerprint=fingerprint(model_dir), wire_version=VERSION)
-        return InProcessClient(engine)
+        return InProcessSource(engine)
     from specpair.wire.auth import load_key
     from specpair.wire.client import DraftClient
 
@@ -90,16 +89,16 @@ def make_client(vocab_size: int, tokenizer_dir: str | Path) -> object:
 
 
 class LazyRemote:
-    """Mixin of the V1 proposer and the V2 speculator: the drafter connection, built
-    on first use (the drafter may start after vLLM). Needs ``self.vocab_size`` and
-    ``self.tokenizer_dir``; tests may set ``self.client`` beforehand."""
+    """Mixin of the V1 proposer and the V2 speculator: the drafting session, built on
+    first use (the drafter may start after vLLM). Needs ``self.vocab_size`` and
+    ``self.tokenizer_dir``; tests may set ``self.source`` beforehand."""
 
-    client: object | None = None  # the wire client (or an in-process one)
-    remote: RemoteDrafts | None = None  # per-request bookkeeping over ``client``
+    source: DraftSource | None = None  # the wire client (or the in-process engine)
+    remote: DraftSession | None = None  # the session over ``source`` (vllm/probe.py reads it)
 
-    def state(self) -> RemoteDrafts:
+    def session(self) -> DraftSession:
         if self.remote is None:
-            if self.client is None:
-                self.client = make_client(self.vocab_size, self.tokenizer_dir)
-            self.remote = RemoteDrafts(self.client, self.vocab_size, deadline_s())
+            if self.source is None:
+                self.source = make_source(self.vocab_size, self.tokenizer_dir)
+            self.remote = DraftSession(self.source, self.vocab_size, deadline_s())
         return self.remote

@@ -7,34 +7,46 @@ vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
 to legacy" point-mass path with ``drop_drafts``, and, for this proposer, the
 whole-batch point mass of drafts without q with ``drop_all_drafts``).
 
-Per step, for every running request, ``propose_remote`` sends the tokens
-committed since the last round to the drafter and caches, per request, the
-post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
-reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``). A request
-whose q is MISSING gets no drafts: its next step is target-only.
+Per step, for every running request, ``propose_remote`` hands the drafting
+session (``specpair.wire.session``) the committed tokens it asks for (a view of
+V1's CPU token table from ``needed_from`` on) and writes, per request, the
+post-temperature draft probabilities q [K, V] fp32 (``specpair.qlaw.probs``) that
+V1's rejection sampler reads next step (``runner._draft_probs`` /
+``_draft_prob_req_ids``) into one buffer reused every step. A request whose q is
+MISSING gets no drafts: its next step is target-only.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from specpair.vllm.client import LazyRemote
+from specpair import qlaw
+from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.errors import OverlayNotApplied
-from specpair.vllm.remote import Counters, StepRequest, env_seed
 from specpair.wire.frames import RequestParams
+from specpair.wire.session import StepRequest
 
 __all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "drop_all_drafts",
            "VERIFY_COUNTERS"]
 
 log = logging.getLogger(__name__)
 
-# Requests whose cached q was gone at verification (any V1 drafter), drafts dropped.
-VERIFY_COUNTERS = Counters()
 
-_SEED_MIX = 0x9E3779B97F4A7C15  # decorrelates a request's drafter seed from its vLLM seed
+@dataclass
+class VerifyCounters:
+    """What V1's verification dropped (cumulative, this process)."""
+
+    dropped_at_verify: int = 0  # requests whose q was gone at verification (drafts dropped)
+
+
+# Process-wide, not a DraftSession counter: patch 0001 calls drop_drafts / drop_all_drafts
+# with vLLM's spec-decode metadata only (no runner, hence no session), and the point-mass
+# fallback it replaces serves every V1 drafter, vLLM's own included.
+VERIFY_COUNTERS = VerifyCounters()
 
 
 class RemoteProposer(LazyRemote):
@@ -47,8 +59,11 @@ class RemoteProposer(LazyRemote):
         self.depth = int(spec.num_speculative_tokens)  # K
         self.vocab_size = int(vllm_config.model_config.get_vocab_size())  # target V
         self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
+        # [rows, K, V] fp32 CPU: the q handed to V1's verifier, reused step after step
+        self._probs: torch.Tensor | None = None
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise OverlayNotApplied(
@@ -66,9 +81,16 @@ class RemoteProposer(LazyRemote):
 
     def seed_for(self, req_id: str, seed: int | None) -> int:
         if req_id not in self._seeds:
-            s = env_seed() if seed is None else ((seed * _SEED_MIX) & (2**64 - 1)) >> 1
-            self._seeds[req_id] = s
+            self._seeds[req_id] = drafter_seed(seed)
         return self._seeds[req_id]
+
+    def q_rows(self, num_reqs: int) -> torch.Tensor:
+        """[num_reqs, K, V] fp32 rows of the one q buffer (grown, never shrunk)."""
+        rows = 0 if self._probs is None else self._probs.shape[0]
+        if rows < num_reqs:
+            rows = max(num_reqs, min(2 * rows, self.max_num_reqs))
+            self._probs = torch.empty(rows, self.depth, self.vocab_size, dtype=torch.float32)
+        return self._probs[:num_reqs]
 
 
 def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> RequestParams:
@@ -85,30 +107,34 @@ def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> Reque
 def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list[int]]:
     """Called by the patched GPUModelRunner.propose_draft_token_ids (patch 0001)."""
     proposer: RemoteProposer = runner.drafter
-    remote = proposer.state()
+    session = proposer.session()
     batch = runner.input_batch
     req_ids = list(batch.req_ids)
     live = set(runner.requests)
-    remote.forget(live)
+    session.begin(live)
     proposer.forget_seeds(live)
     steps = []
     for i, req_id in enumerate(req_ids):
         n = int(batch.num_tokens_no_spec[i])
         sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
         depth = min(proposer.depth, max(0, proposer.max_model_len - n - 1)) if sampled else 0
-        tokens = torch.from_numpy(batch.token_ids_cpu[i, :n].astype("int64"))
+        start = session.needed_from(req_id, n) if depth else n
+        tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
         sp = runner.requests[req_id].sampling_params
-        steps.append(StepRequest(req_id, tokens, len(sampled), depth,
+        steps.append(StepRequest(req_id, n, tokens, len(sampled), depth,
                                  _params(proposer, req_id, sp, proposer.vocab_size)))
-    drafts = remote.step(steps)
-    # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts stay 0)
-    probs = torch.zeros(len(req_ids), proposer.depth, proposer.vocab_size, dtype=torch.float32)
+    drafts = session.step(steps)
+    # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
+    probs = proposer.q_rows(len(req_ids))
     out: list[list[int]] = []
     for i, d in enumerate(drafts):
-        k = int(d.tokens.numel())
-        if k:
-            probs[i, :k] = d.logq.exp()
-        out.append(d.tokens.tolist())
+        k = 0 if d is None else d.depth
+        if d is not None:
+            qlaw.probs(d, proposer.vocab_size, out=probs[i, :k])
+            out.append(d.tokens.tolist())
+        else:
+            out.append([])
+        probs[i, k:].zero_()
     runner._draft_probs = probs.to(runner.device)
     runner._draft_prob_req_ids = req_ids
     return out

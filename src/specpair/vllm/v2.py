@@ -14,6 +14,21 @@ step is rewritten (stale entries cleared); a request whose q is MISSING keeps
 ``invalid_drafts`` so its drafts are rejected and the step is target-only.
 Only standard tokenwise verification is allowed: block and synthetic
 verification (and adaptive verification) are refused at construction.
+
+Why the drafter drafts without top-k / top-p under V2 (checked in vLLM 0.32.0):
+V2's ``RejectionSampler._verify`` runs ``Sampler.apply_sampling_params`` on the
+target logits without ``skip_top_k_top_p``, so the p it verifies against already
+has the request's logits processors, temperature, min-p, top-k and top-p applied,
+and the output follows that p for any q that is the exact law of the draws. But a
+V2 speculator never sees top-k / top-p: ``model_runner.py`` passes ``propose`` only
+``sampling_states.temperature`` and ``.seeds``, ``init_speculator`` builds the
+speculator before the sampler that owns those states, and ``RequestState`` holds no
+sampling params (vLLM's own ``DraftModelSpeculator`` drafts at the temperature
+alone for the same reason, ``speculator.py`` ``_copy_request_inputs``). So the
+drafter draws from the untruncated law at the request's temperature and ships that
+q exactly: the output law is unchanged; a draft outside p's support is always
+rejected, so acceptance may be lower. Passing the real values would need patch
+0002 to hand the speculator the sampler's states (a new hunk and new pins).
 """
 
 from __future__ import annotations
@@ -22,10 +37,12 @@ from typing import Any
 
 import torch
 
-from specpair.vllm.client import LazyRemote
+from specpair import qlaw
+from specpair.qlaw import Drafts
+from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.errors import RemoteVerificationRefused
-from specpair.vllm.remote import Drafts, StepRequest
 from specpair.wire.frames import RequestParams
+from specpair.wire.session import StepRequest
 
 __all__ = [
     "REMOTE_CLASS",
@@ -37,7 +54,6 @@ __all__ = [
 ]
 
 REMOTE_CLASS = "specpair.vllm.v1.RemoteProposer"  # the documented speculative `model`
-_SEED_MIX = 0x9E3779B97F4A7C15
 
 
 def is_remote_config(spec_config: Any) -> bool:
@@ -56,7 +72,7 @@ def init_remote_speculator(vllm_config: Any, device: torch.device, req_states: A
 def write_draft_logits(
     draft_logits: torch.Tensor,  # [max_num_reqs, K, V] fp32, written in place
     state_idx: list[int],  # request-state row of each request of the step
-    drafts: list[Drafts],  # its drafts and normalized log q [k, V'] (k may be 0)
+    drafts: list[Drafts | None],  # its drafts and their q (None: no drafts)
     temperature: list[float],  # its temperature (0 = greedy: q is not read)
 ) -> torch.Tensor:
     """Clear the step's rows to -inf and store T * log q; returns drafts [n, K] int64."""
@@ -69,15 +85,12 @@ def write_draft_logits(
     rows = torch.tensor(state_idx, dtype=torch.int64, device=draft_logits.device)
     draft_logits.index_fill_(0, rows, float("-inf"))
     for i, (d, t) in enumerate(zip(drafts, temperature, strict=True)):
-        k = int(d.tokens.numel())
-        if k == 0:
+        if d is None:
             continue
+        k = d.depth
         tokens[i, :k] = d.tokens
         if t > 0.0:
-            assert d.logq is not None
-            lq = d.logq[:, :vocab]
-            scaled = torch.where(torch.isfinite(lq), lq * t, float("-inf"))
-            draft_logits[state_idx[i], :k, : lq.shape[1]] = scaled.to(draft_logits.device)
+            qlaw.scaled_logits(d, vocab, t, out=draft_logits[state_idx[i], :k])
     return tokens
 
 
@@ -148,7 +161,7 @@ class RemoteSpeculator(LazyRemote):
         if dummy_run or is_profile:
             return torch.zeros(num_reqs, self.depth, dtype=torch.int64, device=self.device)
         depth = self.depth if num_speculative_tokens is None else int(num_speculative_tokens)
-        remote = self.state()
+        session = self.session()
         idx = input_batch.idx_mapping_np[:num_reqs].tolist()
         rs = self.req_states
         total = rs.total_len.gpu[input_batch.idx_mapping].cpu().tolist()
@@ -157,25 +170,29 @@ class RemoteSpeculator(LazyRemote):
         temps = temperature[input_batch.idx_mapping].cpu().tolist()
         seed_list = seeds[input_batch.idx_mapping].cpu().tolist()
         qs = input_batch.query_start_loc_np.tolist()
-        spec = getattr(remote.client, "features", None)  # what the client declared
-        remote.forget(set(input_batch.req_ids))
+        spec = session.features  # what the source declared
+        session.begin(set(input_batch.req_ids))
         steps = []
         for i, req_id in enumerate(input_batch.req_ids[:num_reqs]):
             n = int(total[i])
-            tokens = rs.all_token_ids.gpu[idx[i], :n].to("cpu", torch.int64)
             k = min(depth, max(0, self.max_model_len - n - 1)) if sampled[i] else 0
+            start = session.needed_from(req_id, n) if k else n
+            # only the tokens the drafter lacks cross from the device
+            tokens = (rs.all_token_ids.gpu[idx[i], start:n].to("cpu", torch.int64) if start < n
+                      else torch.zeros(0, dtype=torch.int64))
+            # top-k / top-p off: V2 does not show them to speculators (module docstring)
             params = RequestParams(temperature=max(0.0, float(temps[i])), top_k=0, top_p=1.0,
-                                   seed=((int(seed_list[i]) * _SEED_MIX) & (2**64 - 1)) >> 1)
+                                   seed=drafter_seed(int(seed_list[i])))
             feats = None
             if spec is not None and k:
                 # the states that predicted this step's committed tokens (EAGLE convention)
                 committed = qs[i + 1] - qs[i] - int(rejected[i])
                 feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
-            steps.append(StepRequest(req_id, tokens, int(sampled[i]), k, params, feats))
-        drafts = remote.step(steps)
+            steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats))
+        drafts = session.step(steps)
         tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
         # requests still in prefill (nothing sampled) are handled by vLLM itself
-        valid = [int(d.tokens.numel()) if s.num_sampled else self.depth
+        valid = [(0 if d is None else d.depth) if s.num_sampled else self.depth
                  for s, d in zip(steps, drafts, strict=True)]
         self.num_valid[input_batch.idx_mapping] = torch.tensor(valid, dtype=torch.int32).to(
             self.device)

@@ -1,34 +1,31 @@
-"""The target-side client: what the vLLM overlay calls once per decode round.
+"""The probability wire's target-side transport: one drafter over one TCP connection.
 
     client = DraftClient(host, port, key, vocab_size=V, tokenizer_fingerprint=fp)
-    drafts = client.propose(items, deadline_s=0.004)   # per request: DraftItem or MISSING
-    proposal = to_proposal(drafts, depth=K, vocab_size=V)  # present=False where MISSING
+    answers = client.propose(items, deadline_s=0.004)  # per item: DraftItem or Missing(reason)
+
+``DraftClient`` is a ``specpair.wire.source.DraftSource``: it owns the connection
+(handshake, HELLO check, reconnect with exponential backoff), round ids, frame
+matching and the answers that arrive after their round ended (skipped). It sends
+each item as given: what the drafter already holds of a request, and when a whole
+history is due, is the session's business (``specpair.wire.session``).
 
 Fail-safe rules: an answer that is late, dropped, malformed, for another round,
-with a wrong depth, RESYNC or REFUSED is MISSING, never point mass. POINT_MASS
-only passes when the drafter's HELLO declared GREEDY (the decoder refuses it
-otherwise). ``propose`` never blocks past its deadline: when disconnected it
-tries one reconnect only when the backoff allows, bounded by the same deadline.
-
-The client keeps every live request's committed history (and its context
-features when the HELLO asks for them). After a RESYNC, an answer that did not
-match, or any new connection (the drafter may have restarted), it sends that
-request's whole history, with ``position == len(new_tokens)``, which tells the
-drafter to rebuild its state from scratch (docs/wire.md 3.3).
+with a wrong depth, RESYNC or REFUSED is a ``Missing`` carrying its reason, never
+point mass. POINT_MASS only passes when the drafter's HELLO declared GREEDY (the
+decoder refuses it otherwise). An item deeper than the HELLO's max_depth is
+Missing(REFUSED) locally and never sent (the drafter would refuse the whole frame).
+``propose`` never blocks past its deadline: when disconnected it tries one
+reconnect only when the backoff allows, bounded by the same deadline.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
-from enum import Enum
 
 import torch
 
-from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.wire.codec import encode
 from specpair.wire.codec_propose import check_counts, check_params
@@ -50,49 +47,16 @@ from specpair.wire.frames import (
     DraftItem,
     FeatureSpec,
     Hello,
-    ItemStatus,
     ProposalFrame,
     Propose,
     ProposeItem,
     Release,
 )
-from specpair.wire.history import History
+from specpair.wire.source import Missing, MissingReason, answers
 
-__all__ = ["MISSING", "Missing", "MissingReason", "DraftClient"]
+__all__ = ["DraftClient"]
 
 log = logging.getLogger("specpair.wire.client")
-
-
-class Missing:
-    """The sentinel type of a request whose proposal is missing (use ``MISSING``)."""
-
-    _instance: Missing | None = None
-
-    def __new__(cls) -> Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-MISSING = Missing()
-
-
-class MissingReason(Enum):
-    """Why a request's proposal was MISSING (``DraftClient.missing`` counts these)."""
-
-    DISCONNECTED = "disconnected"  # no connection (drafter down, or reconnect backing off)
-    LATE = "late"  # the answer did not arrive before the deadline
-    INVALID = "invalid"  # the answer frame failed to decode (connection dropped)
-    PEER_ERROR = "peer_error"  # the drafter sent ERROR (connection dropped)
-    MISMATCH = "mismatch"  # no item for the request, or a depth other than asked
-    RESYNC = "resync"  # the drafter asked for the whole history
-    REFUSED = "refused"  # the drafter refused the request
 
 
 class DraftClient:
@@ -112,15 +76,13 @@ class DraftClient:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.limits = limits
-        self.missing: Counter[MissingReason] = Counter()  # MISSING requests by reason
-        self.late_answers = 0  # answers discarded because their round had ended
-        self.connects = 0  # successful connections (the first included)
+        self.late_answers = 0  # answers skipped because their round had ended
+        self.connects = 0  # successful connections (the first included): the epoch
         self.last_error: str | None = None  # the latest connection or frame failure
         self._conn: Connection | None = None
         self._round = 0
         self._next_attempt = 0.0
         self._backoff = backoff_initial_s
-        self._history = History()
 
     # ---- connection ---------------------------------------------------------------------
 
@@ -150,8 +112,12 @@ class DraftClient:
                                      check_hello=self._check_hello, limits=self.limits)
         self.connects += 1
         self._backoff = self.backoff_initial_s
-        self._history.mark_all_stale()  # a new connection may be a restarted drafter
         return self._conn.hello
+
+    def ensure_connected(self, timeout_s: float) -> int | None:
+        """The epoch (``connects``) of the connection, opened now if the backoff allows and
+        it succeeds within ``timeout_s``; None while disconnected. Never raises."""
+        return self.connects if self._ensure(time.monotonic() + timeout_s) else None
 
     def _ensure(self, deadline: float) -> bool:
         if self._conn is not None:
@@ -184,32 +150,28 @@ class DraftClient:
 
     def propose(self, batch: Sequence[ProposeItem],
                 deadline_s: float) -> list[DraftItem | Missing]:
-        """One round: per item of ``batch`` (in order) a verified DraftItem or MISSING.
+        """One round: per item of ``batch`` (in order) a verified DraftItem or a Missing.
 
-        ``batch`` items carry only the tokens committed since the request's previous
-        round (the whole prompt on its first), as docs/wire.md 3.3 says; the client
-        substitutes whole histories where a resend is due. ``deadline_s`` is the
-        budget in seconds from now; the call returns by then whatever happens.
+        Items are sent as given (docs/wire.md 3.3: ``position == len(new_tokens)`` is a
+        whole history). ``deadline_s`` is the budget in seconds from now; the call
+        returns by then whatever happens. An item the encoder or the drafter's decoder
+        would refuse is the caller's bug: it raises before anything is sent.
         """
         deadline = time.monotonic() + deadline_s
         ids = [it.request_id for it in batch]
         if len(set(ids)) != len(ids):
             raise DuplicateRequest("propose() got the same request twice")
-        for it in batch:  # all checks before any change: nothing half-applied
-            self._check_item(it)
         for it in batch:
-            self._history.commit(it)
+            self._check_item(it)
         if not batch:
             return []
         if not self._ensure(deadline):
-            return self._all_missing(batch, MissingReason.DISCONNECTED)
+            return [Missing(MissingReason.DISCONNECTED)] * len(batch)
         out: dict[int, DraftItem | Missing] = {}
         send = []
         for it in batch:  # deeper than the drafter serves: it would refuse the whole frame
             if it.depth > self._conn.hello.max_depth:
-                self._history.mark_stale(it.request_id)
-                self.missing[MissingReason.REFUSED] += 1
-                out[it.request_id] = MISSING
+                out[it.request_id] = Missing(MissingReason.REFUSED)
             else:
                 send.append(it)
         if send:
@@ -220,24 +182,22 @@ class DraftClient:
     def _round_trip(self, batch: list[ProposeItem],
                     deadline: float) -> list[DraftItem | Missing]:
         self._round += 1
-        frame = Propose(self._round, tuple(self._wire_item(it) for it in batch))
+        frame = Propose(self._round, tuple(batch))
         data = encode(frame, self.limits)  # checked in _check_item: does not raise
         try:
             self._conn.send(data, deadline)
         except WireError as exc:  # a partial send leaves the stream unusable
             self._drop(f"send: {exc}")
             late = isinstance(exc, DeadlineExceeded)
-            return self._all_missing(batch, MissingReason.LATE if late
-                                     else MissingReason.DISCONNECTED)
-        self._history.sent(it.request_id for it in batch)
-        answer = self._await(frame.round_id, deadline, batch)
+            return [Missing(MissingReason.LATE if late
+                            else MissingReason.DISCONNECTED)] * len(batch)
+        answer = self._await(frame.round_id, deadline)
         if isinstance(answer, MissingReason):
-            return self._all_missing(batch, answer)
-        return self._match(batch, answer)
+            return [Missing(answer)] * len(batch)
+        return answers(batch, answer.items, self._conn.hello)
 
     def _check_item(self, it: ProposeItem) -> None:
-        """Everything the encoder or the drafter's decoder would refuse is the caller's bug:
-        raise here, before anything changes, rather than lose the connection later."""
+        """Raise for what the encoder or the drafter's decoder would refuse."""
         rid = it.request_id
         check_u64(rid, "request_id")
         if it.new_tokens.dtype != torch.int64 or it.new_tokens.ndim != 1:
@@ -249,21 +209,17 @@ class DraftClient:
         if min(toks) < 0 or max(toks) >= self.vocab_size or it.num_accepted < 0:
             raise TokenOutOfRange(f"request {rid}: new tokens must lie in [0, "
                                   f"{self.vocab_size}) and num_accepted be >= 0")
-        self._history.check(it)
         spec = self.features
         f = it.features
         if (spec is None) != (f is None) or (f is not None and (
                 f.dtype != spec.dtype or f.ndim != 2 or f.shape[1] != spec.width)):
             raise FeatureMismatch(f"request {it.request_id}: features must be "
                                   f"{'absent' if spec is None else spec} as this client declared")
+        if f is not None and f.shape[0] != it.new_tokens.shape[0]:
+            raise BadShape(f"request {rid}: {f.shape[0]} feature rows for "
+                           f"{it.new_tokens.shape[0]} new tokens")
 
-    def _wire_item(self, it: ProposeItem) -> ProposeItem:
-        if not self._history.stale(it.request_id):
-            return it
-        tokens, feats = self._history.whole(it.request_id)
-        return replace(it, new_tokens=tokens, num_accepted=0, features=feats)
-
-    def _await(self, round_id: int, deadline: float, batch) -> ProposalFrame | MissingReason:
+    def _await(self, round_id: int, deadline: float) -> ProposalFrame | MissingReason:
         while True:
             try:
                 frame = self._conn.read(deadline)
@@ -289,36 +245,9 @@ class DraftClient:
             self._drop(f"answer for round {frame.round_id} before round {round_id} was sent")
             return MissingReason.INVALID
 
-    def _match(self, batch, answer: ProposalFrame) -> list[DraftItem | Missing]:
-        by_id = {d.request_id: d for d in answer.items}
-        out: list[DraftItem | Missing] = []
-        for it in batch:
-            d = by_id.get(it.request_id)
-            if d is None or (d.status == ItemStatus.OK and d.tokens.shape[0] != it.depth):
-                reason = MissingReason.MISMATCH
-            elif d.status == ItemStatus.RESYNC:
-                reason = MissingReason.RESYNC
-            elif d.status == ItemStatus.REFUSED:
-                reason = MissingReason.REFUSED
-            elif d.kind == QKind.POINT_MASS and self.hello.mode != DraftMode.GREEDY:
-                reason = MissingReason.INVALID  # unreachable past the decoder; kept as a guard
-            else:
-                out.append(d)
-                continue
-            if reason in (MissingReason.MISMATCH, MissingReason.RESYNC):
-                self._history.mark_stale(it.request_id)
-            self.missing[reason] += 1
-            out.append(MISSING)
-        return out
-
-    def _all_missing(self, batch, reason: MissingReason) -> list[Missing]:
-        self.missing[reason] += len(batch)
-        return [MISSING] * len(batch)
-
     def release(self, request_ids: Sequence[int], timeout_s: float = 0.05) -> None:
-        """Forget finished requests and tell the drafter (best effort, bounded)."""
+        """Tell the drafter these requests finished (best effort, bounded)."""
         ids = tuple(dict.fromkeys(request_ids))
-        self._history.forget(ids)
         if not ids or self._conn is None:
             return
         try:
@@ -331,5 +260,3 @@ class DraftClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-

@@ -19,6 +19,7 @@ import torch
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
+from specpair.qlaw import Drafts, widen
 from specpair.rng import Stream, uniform
 from specpair.sampling import sample_from_logp
 from specpair.wire.format import VERSION
@@ -117,6 +118,5 @@ class TrivialDrafter:
         lp, ids = torch.stack(lps), torch.stack(idss)
         if kind == QKind.SPARSE:
             return DraftItem(it.request_id, ItemStatus.OK, tokens, kind, lp, ids)
-        dense = torch.full((it.depth, self.hello.vocab_size), float("-inf"))
-        dense.scatter_(1, ids, lp)
+        dense = widen(Drafts(tokens, QKind.SPARSE, lp, ids), self.hello.vocab_size)
         return DraftItem(it.request_id, ItemStatus.OK, tokens, kind, dense, None)

@@ -159,7 +159,7 @@ def _loopback() -> list[Check]:
                              tokenizer_fingerprint=hello.tokenizer_fingerprint) as c:
                 (d,) = c.propose([item], deadline_s=10.0)
                 if not isinstance(d, DraftItem) or d.tokens.shape != (3,):
-                    raise AssertionError(f"round answered {d!r} ({dict(c.missing)})")
+                    raise AssertionError(f"round answered {d!r} (last error: {c.last_error})")
                 return f"drafted {d.tokens.tolist()} on port {srv.port}"
 
         def refused() -> str:

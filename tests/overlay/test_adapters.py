@@ -1,0 +1,223 @@
+"""The V1 and V2 adapters (specpair.vllm.v1 / v2) on tensors, over a scripted source."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from fake_source import FakeSource, K, V, ok
+
+from specpair import qlaw
+from specpair.proposal import QKind
+from specpair.qlaw import Drafts
+from specpair.vllm.v2 import merge_invalid_drafts, write_draft_logits
+
+
+def test_write_draft_logits_stores_t_log_q_and_clears_stale_rows():
+    buf = torch.zeros(6, K, V)  # stale garbage everywhere
+    lq = torch.log_softmax(torch.randn(K, V), -1)
+    lq[:, :4] = float("-inf")  # a truncated law, shipped DENSE
+    lq = lq - torch.logsumexp(lq, -1, keepdim=True)
+    drafts = [Drafts(torch.tensor([5, 6, 7]), QKind.DENSE, lq, None), None,
+              Drafts(torch.tensor([8, 9, 10]), QKind.DENSE, lq, None)]
+    tokens = write_draft_logits(buf, [4, 1, 2], drafts, [0.5, 1.0, 0.0])
+    assert tokens.tolist() == [[5, 6, 7], [0, 0, 0], [8, 9, 10]]
+    # what the verifier reads: draft_logits / T, softmaxed -> exactly q
+    assert torch.allclose(torch.softmax(buf[4] / 0.5, -1), lq.exp(), atol=1e-6)
+    assert torch.isinf(buf[4, :, :4]).all()
+    assert torch.isneginf(buf[1]).all() and torch.isneginf(buf[2]).all()  # MISSING / greedy
+    assert (buf[0] == 0).all()  # rows of requests not in the step are left alone
+
+
+def test_merge_invalid_drafts_marks_rows_beyond_the_valid_drafts():
+    spec = SimpleNamespace(num_valid=torch.tensor([3, 0, 1], dtype=torch.int32))
+    # two requests (state rows 1 and 2), K=3: logits rows at local positions 0..3 each
+    batch = SimpleNamespace(expanded_idx_mapping=torch.tensor([1] * 4 + [2] * 4),
+                            expanded_local_pos=torch.tensor([0, 1, 2, 3] * 2))
+    mask = merge_invalid_drafts(spec, batch, None)
+    assert mask.tolist() == [False, True, True, True, False, False, True, True]
+    grammar = torch.tensor([False] * 7 + [True])
+    assert merge_invalid_drafts(spec, batch, grammar)[7]
+    spec.num_valid[:] = 3
+    assert merge_invalid_drafts(spec, batch, None) is None
+
+
+def _v2(depth=K, max_reqs=4, method="standard"):
+    from specpair.vllm.v2 import RemoteSpeculator
+
+    spec = SimpleNamespace(num_speculative_tokens=depth, rejection_sample_method=method,
+                           enable_adaptive_verification=False)
+    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
+    cfg = SimpleNamespace(speculative_config=spec, model_config=model,
+                          scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
+    tokens = torch.zeros(max_reqs, 64, dtype=torch.int32)
+    total = torch.zeros(max_reqs, dtype=torch.int32)
+    states = SimpleNamespace(total_len=SimpleNamespace(gpu=total),
+                             all_token_ids=SimpleNamespace(gpu=tokens))
+    return RemoteSpeculator(cfg, torch.device("cpu"), states), states
+
+
+def _batch(req_ids, idx, qs):
+    return SimpleNamespace(num_reqs=len(req_ids), req_ids=req_ids,
+                           idx_mapping=torch.tensor(idx), idx_mapping_np=torch.tensor(idx).numpy(),
+                           query_start_loc_np=torch.tensor(qs).numpy())
+
+
+def test_v2_speculator_step_writes_q_and_flags_missing():
+    from specpair.vllm.errors import RemoteVerificationRefused
+
+    with pytest.raises(RemoteVerificationRefused, match="block"):
+        _v2(method="block")
+    spec, states = _v2()
+    spec.source = FakeSource(["ok", "missing"])
+    states.total_len.gpu[2] = 4
+    states.all_token_ids.gpu[2, :4] = torch.tensor([3, 4, 5, 6], dtype=torch.int32)
+    states.total_len.gpu[0] = 2
+    batch = _batch(["x", "y"], [2, 0], [0, 4, 6])
+    temp = torch.tensor([0.0, 0.0, 0.5, 0.0])
+    args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([1, 0]),
+            torch.tensor([0, 0]), None, None, temp, torch.arange(4))
+    drafts = spec.propose(*args)
+    assert drafts.tolist() == [[0, 1, 2], [0, 0, 0]]  # y is still in prefill: no drafts
+    sent = spec.source.batches[0]
+    assert [it.new_tokens.tolist() for it in sent] == [[3, 4, 5, 6]]
+    assert sent[0].params.temperature == 0.5 and sent[0].features is None
+    q = torch.softmax(spec.draft_logits[2] / 0.5, -1)
+    assert torch.allclose(q, ok(sent[0]).q_logp.exp(), atol=1e-6)
+    assert spec.num_valid.tolist() == [K, K, K, K]
+    # next step: the drafter is gone -> x keeps -inf rows and num_valid 0 (invalid drafts)
+    states.total_len.gpu[2] = 6
+    states.all_token_ids.gpu[2, 4:6] = torch.tensor([0, 9], dtype=torch.int32)
+    args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([2, 0]),
+            torch.tensor([2, 0]), None, None, temp, torch.arange(4))
+    spec.propose(*args)
+    assert spec.source.batches[1][0].new_tokens.tolist() == [0, 9]
+    assert spec.source.batches[1][0].num_accepted == 1
+    assert torch.isneginf(spec.draft_logits[2]).all() and spec.num_valid[2] == 0
+    assert spec.remote.counters.missing == 1
+
+
+def test_v2_sends_the_features_the_client_declared():
+    from specpair.wire.frames import FeatureKind, FeatureSpec
+
+    spec, states = _v2()
+    spec.source = FakeSource(["ok", "ok"])
+    spec.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
+    states.total_len.gpu[1] = 4  # prompt of 3 + the first sampled token
+    hidden = torch.arange(6 * 8, dtype=torch.float32).view(6, 8)
+    batch = _batch(["x"], [1], [0, 3])
+    temp = torch.ones(4)
+    spec.propose(batch, None, None, hidden, None, torch.tensor([1]), torch.tensor([0]),
+                 None, None, temp, torch.arange(4))
+    f = spec.source.batches[0][0].features
+    # 4 new tokens, 3 query rows (the prompt): token 0 has no predicting state (zeros)
+    assert f.shape == (4, 8) and (f[0] == 0).all() and torch.equal(f[1:], hidden[:3])
+    states.total_len.gpu[1] = 6  # 1 draft accepted + 1 new token; query was 1 + K rows
+    batch = _batch(["x"], [1], [0, 1 + K])
+    spec.propose(batch, None, None, hidden, None, torch.tensor([2]), torch.tensor([K - 1]),
+                 None, None, temp, torch.arange(4))
+    f = spec.source.batches[1][0].features
+    assert torch.equal(f, hidden[:2])  # the states that predicted the 2 new tokens
+
+
+class Recorded:
+    """A tensor whose reads are recorded (which slices of the device history V2 copies)."""
+
+    def __init__(self, t):
+        self.t, self.keys = t, []
+
+    def __getitem__(self, key):
+        self.keys.append(key)
+        return self.t[key]
+
+    def __setitem__(self, key, value):
+        self.t[key] = value
+
+
+def test_v2_copies_only_the_tokens_the_drafter_lacks():
+    spec, states = _v2()
+    spec.source = FakeSource(["ok", "ok", "ok"])
+    states.all_token_ids.gpu = Recorded(states.all_token_ids.gpu)
+    batch = _batch(["x", "y"], [2, 0], [0, 4, 6])
+    temp = torch.ones(4)
+
+    def step(n, sampled, rejected):
+        states.total_len.gpu[2] = n
+        states.all_token_ids.gpu[2, :n] = torch.arange(1, n + 1, dtype=torch.int32)
+        states.total_len.gpu[0] = 2
+        spec.propose(batch, None, None, torch.zeros(6, 8), None, torch.tensor([sampled, 0]),
+                     torch.tensor([rejected, 0]), None, None, temp, torch.arange(4))
+
+    step(4, 1, 0)
+    step(6, 2, 2)
+    step(9, 3, 1)
+    reads = [k for k in states.all_token_ids.gpu.keys if isinstance(k, tuple)]
+    # request x: whole once, then only what was committed since; y (prefill): nothing
+    assert reads == [(2, slice(0, 4)), (2, slice(4, 6)), (2, slice(6, 9))]
+    assert [b[0].new_tokens.tolist() for b in spec.source.batches] == [
+        [1, 2, 3, 4], [5, 6], [7, 8, 9]]
+
+
+def test_v2_whole_resend_carries_the_feature_rows_already_sent():
+    from specpair.wire.frames import FeatureKind, FeatureSpec
+
+    spec, states = _v2()
+    spec.source = FakeSource(["ok", "ok", "ok"])
+    spec.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
+    hidden = torch.arange(6 * 8, dtype=torch.float32).view(6, 8)
+    temp = torch.ones(4)
+    states.total_len.gpu[1] = 4
+    spec.propose(_batch(["x"], [1], [0, 3]), None, None, hidden, None, torch.tensor([1]),
+                 torch.tensor([0]), None, None, temp, torch.arange(4))
+    states.total_len.gpu[1] = 6
+    spec.propose(_batch(["x"], [1], [0, 1 + K]), None, None, hidden, None, torch.tensor([2]),
+                 torch.tensor([K - 1]), None, None, temp, torch.arange(4))
+    spec.source.ensure_connected = lambda timeout_s: 2  # reconnected: whole histories due
+    states.total_len.gpu[1] = 7
+    spec.propose(_batch(["x"], [1], [0, 1 + K]), None, None, hidden * -1, None,
+                 torch.tensor([1]), torch.tensor([K]), None, None, temp, torch.arange(4))
+    whole = spec.source.batches[2][0]
+    assert whole.position == whole.new_tokens.numel() == 7
+    want = torch.cat([torch.zeros(1, 8), hidden[:3], hidden[:2], -hidden[:1]])
+    assert torch.equal(whole.features, want)  # every row as first sent, none zeroed
+
+
+def _v1(max_reqs=4):
+    from specpair.vllm.v1 import RemoteProposer
+
+    spec = SimpleNamespace(num_speculative_tokens=K)
+    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
+    cfg = SimpleNamespace(speculative_config=spec, model_config=model,
+                          scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
+    return RemoteProposer(cfg)
+
+
+def test_v1_reuses_one_q_buffer_and_hands_over_only_new_tokens():
+    from specpair.vllm.v1 import propose_remote
+
+    proposer = _v1()
+    proposer.source = FakeSource(["ok", "ok"])
+    sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=5)
+    table = np.zeros((2, 16), dtype=np.int32)
+    table[0, :5] = [1, 2, 3, 4, 5]
+    table[1, :2] = [6, 7]
+    runner = SimpleNamespace(
+        drafter=proposer, device=torch.device("cpu"),
+        requests={"a": SimpleNamespace(sampling_params=sp),
+                  "b": SimpleNamespace(sampling_params=sp)},
+        input_batch=SimpleNamespace(req_ids=["a", "b"], token_ids_cpu=table,
+                                    num_tokens_no_spec=np.array([3, 2])))
+    assert propose_remote(runner, [[3], [7]]) == [[0, 1, 2], [0, 1, 2]]
+    buf = runner._draft_probs
+    lq = ok(proposer.source.batches[0][0]).q_logp
+    want = qlaw.probs(Drafts(torch.arange(K), QKind.DENSE, lq, None), V)
+    assert buf.shape == (2, K, V) and torch.equal(buf[0], want) and torch.equal(buf[1], want)
+    runner.input_batch.num_tokens_no_spec = np.array([5, 2])
+    assert propose_remote(runner, [[4, 5], []]) == [[0, 1, 2], []]  # b: nothing sampled
+    assert runner._draft_probs.data_ptr() == buf.data_ptr()  # the same buffer, refilled
+    assert torch.equal(runner._draft_probs[0], want) and (runner._draft_probs[1] == 0).all()
+    second = proposer.source.batches[1]
+    assert [it.new_tokens.tolist() for it in second] == [[4, 5]] and second[0].num_accepted == 1
+    assert runner._draft_prob_req_ids == ["a", "b"]
