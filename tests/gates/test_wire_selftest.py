@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpair.wire import qcheck, selftest
+from specpair.wire import selftest
+from specpair.wire.codec import qcheck
 
 pytestmark = pytest.mark.gate
 

@@ -1,4 +1,4 @@
-"""The compiled SPARSE checks (src/specpair/wire/_sparse.c) against the numpy diagnosis.
+"""The compiled SPARSE checks (src/specpair/wire/codec/_sparse.c) against the numpy diagnosis.
 
 decode_run is the decoder's only SPARSE fast path; qcheck.diagnose_sparse names its
 failures. Both must give the same verdict on every item, or the decoder would either
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specpair.wire import _sparse
+from specpair.wire.codec import _sparse
+from specpair.wire.codec.header import NORM_TOLERANCE
+from specpair.wire.codec.qcheck import diagnose_sparse
 from specpair.wire.errors import DecodeError
-from specpair.wire.format import NORM_TOLERANCE
-from specpair.wire.qcheck import diagnose_sparse
 
 V = 1000
 

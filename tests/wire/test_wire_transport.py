@@ -20,7 +20,7 @@ from specpair.wire import errors as E
 from specpair.wire.assemble import to_proposal
 from specpair.wire.client import MISSING, DraftClient, MissingReason
 from specpair.wire.codec import decode, encode
-from specpair.wire.format import HEADER, Kind, seal
+from specpair.wire.codec.header import HEADER, Kind, seal
 from specpair.wire.frames import (
     AuthOk,
     Challenge,

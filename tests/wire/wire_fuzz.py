@@ -35,8 +35,8 @@ from wire_helpers import (
 
 from specpair.proposal import QKind
 from specpair.wire.codec import decode, encode
+from specpair.wire.codec.header import HEADER
 from specpair.wire.errors import WireError
-from specpair.wire.format import HEADER
 from specpair.wire.frames import (
     Auth,
     AuthOk,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire.format import VERSION
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import (
     DraftItem,
     FeatureKind,

@@ -71,7 +71,7 @@ def make_client(vocab_size: int, tokenizer_dir: str | Path) -> object:
     if where.startswith("inproc:"):
         from specpair.drafter.engine import DrafterEngine
         from specpair.drafter.model import HFDraftModel
-        from specpair.wire.format import VERSION
+        from specpair.wire.codec.header import VERSION
 
         model_dir = Path(where.removeprefix("inproc:"))
         engine = DrafterEngine(HFDraftModel(model_dir),

@@ -3,8 +3,8 @@
 Modules, one job each:
 
 - ``frames``: the in-memory frames (frozen dataclasses).
-- ``format``, ``blocks``, ``codec``, ``codec_propose``, ``codec_proposal``, ``qcheck``:
-  the byte format; ``codec.encode`` / ``codec.decode``.
+- ``codec``: the byte format, ``codec.encode`` / ``codec.decode`` (a package: header, body,
+  control, propose, proposal, qcheck and the compiled SPARSE checks).
 - ``errors``: one exception class per failure, all ``WireError`` (``SpecpairError``).
 - ``auth``: pre-shared key and HMAC challenge-response.
 - ``server``: the drafter side, ``serve(handler, hello, host, port, key=...)``.

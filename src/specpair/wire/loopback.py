@@ -21,7 +21,7 @@ from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.rng import Stream, uniform
 from specpair.sampling import sample_from_logp
-from specpair.wire.format import VERSION
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import (
     DraftItem,
     FeatureSpec,

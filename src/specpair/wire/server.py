@@ -31,8 +31,8 @@ import torch
 from specpair.proposal import QKind
 from specpair.wire import auth
 from specpair.wire.codec import decode, encode
+from specpair.wire.codec.header import HEADER, LIMITS, Limits, parse_header
 from specpair.wire.errors import AuthFailed, ErrorCode, UnexpectedFrame, WireError
-from specpair.wire.format import HEADER, LIMITS, Limits, parse_header
 from specpair.wire.frames import (
     Auth,
     AuthOk,

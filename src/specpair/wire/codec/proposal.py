@@ -10,8 +10,17 @@ import torch
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire import _sparse
-from specpair.wire.blocks import ZERO8, append_block, block_end, view
+from specpair.wire.codec import _sparse
+from specpair.wire.codec.body import (
+    ZERO8,
+    append_block,
+    block_end,
+    decode_round,
+    encode_round,
+    view,
+)
+from specpair.wire.codec.header import NORM_TOLERANCE, Limits, check_u64
+from specpair.wire.codec.qcheck import check_dense, check_tokens, diagnose_sparse
 from specpair.wire.errors import (
     BadDtype,
     BadShape,
@@ -25,10 +34,7 @@ from specpair.wire.errors import (
     UndeclaredEncoding,
     UnknownCode,
 )
-from specpair.wire.format import NORM_TOLERANCE, Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
-from specpair.wire.qcheck import check_dense, check_tokens, diagnose_sparse
-from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
 

@@ -3,7 +3,7 @@
 docs/wire.md section 3.4. DENSE: a short vectorized fast path over the whole
 item (a handful of numpy calls); only when it sees something wrong do the
 ``_raise_*`` checks walk the documented order to raise the one specific error.
-SPARSE: the fast path is compiled (``_sparse.c``, called by codec_proposal);
+SPARSE: the fast path is compiled (``_sparse.c``, called by proposal);
 ``diagnose_sparse`` names its failures.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specpair.wire.codec.header import NORM_TOLERANCE
 from specpair.wire.errors import (
     DuplicateSupportId,
     NonFiniteQ,
@@ -19,7 +20,6 @@ from specpair.wire.errors import (
     UnnormalizedQ,
     ZeroDraftQ,
 )
-from specpair.wire.format import NORM_TOLERANCE
 
 __all__ = ["check_tokens", "diagnose_sparse", "check_dense"]
 
