@@ -1,4 +1,4 @@
-"""Gate: the probability wire's self-test (specpair.wire.selftest), runnable inside images.
+"""Gate: the probability wire's self-test (wire_selftest.py beside it), run inside images.
 
 Every frame kind round-trips; the decoder refuses a truncated frame, bad magic,
 a wrong version, a bad checksum, an unknown kind, an oversized frame, an id >= V,
@@ -12,15 +12,15 @@ decoder that forgets one check fails the self-test.
 from __future__ import annotations
 
 import pytest
+import wire_selftest
 
-from specpair.wire import selftest
 from specpair.wire.codec import qcheck
 
 pytestmark = pytest.mark.gate
 
 
 def test_wire_selftest():
-    checks = selftest.run()
+    checks = wire_selftest.run()
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     assert not failed, "\n".join(failed)
     assert len(checks) >= 20
@@ -28,5 +28,5 @@ def test_wire_selftest():
 
 def test_selftest_catches_a_decoder_that_accepts_nan(monkeypatch):
     monkeypatch.setattr(qcheck, "_raise_non_finite", lambda lp: None)
-    failed = {c.name for c in selftest.run() if not c.ok}
+    failed = {c.name for c in wire_selftest.run() if not c.ok}
     assert "refuse NaN q" in failed

@@ -9,9 +9,11 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from wire_loopback import TrivialDrafter, trivial_hello
 
 from specpair.proposal import QKind
 from specpair.sampling import SamplingParams
@@ -31,7 +33,6 @@ from specpair.wire.frames import (
     ProposeItem,
     RequestParams,
 )
-from specpair.wire.loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 
 V = 500
@@ -319,8 +320,8 @@ def test_depth_beyond_the_drafter_is_missing_locally(pair):
 
 DRAFTER = textwrap.dedent("""
     import sys
-    from specpair.wire.loopback import TrivialDrafter, trivial_hello
     from specpair.wire.server import serve
+    from wire_loopback import TrivialDrafter, trivial_hello
     hello = trivial_hello(500)
     serve(TrivialDrafter(hello, delay_s=float(sys.argv[2])), hello, "127.0.0.1",
           int(sys.argv[1]), key=b"k" * 32, ready=lambda p: print("ready", p, flush=True))
@@ -328,8 +329,9 @@ DRAFTER = textwrap.dedent("""
 
 
 def _spawn(port, delay):
+    # `python -c` puts its working directory on sys.path: wire_loopback is found there
     p = subprocess.Popen([sys.executable, "-c", DRAFTER, str(port), str(delay)],
-                         stdout=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent)
     line = p.stdout.readline()
     assert line.startswith("ready"), line
     return p, int(line.split()[1])

@@ -10,6 +10,7 @@ Modules, one job each:
 - ``server``: the drafter side, ``serve(handler, hello, host, port, key=...)``.
 - ``conn``, ``history``, ``client``: the target side, ``DraftClient.propose(items, deadline_s)``.
 - ``assemble``: ``to_proposal`` turns a round's answers into a core ``Proposal``.
-- ``loopback``: a trivial exact drafter for tests, the self-test and the bench.
-- ``selftest``: the quick in-image self-test (tests/gates/test_wire_selftest.py).
+
+The loopback drafter and the wire self-test are test code: tests/wire/wire_loopback.py and
+tests/gates/wire_selftest.py.
 """

@@ -1,4 +1,4 @@
-"""A trivial, exact drafter for loopback tests, the wire self-test and the bench.
+"""A trivial, exact drafter for the wire's loopback tests and its self-test (test code).
 
 It has no model: its law at each draft position is a fixed-shape SPARSE (or
 DENSE) law whose support and weights are a deterministic function of the last
