@@ -22,7 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from specpair.wire.codec import control
+try:  # first, so that a tree without the compiled checks fails here, saying why
+    from specpair.wire.codec import _sparse  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "specpair.wire.codec._sparse (the compiled SPARSE checks, _sparse.c) is not built: "
+        "install specpair with a C compiler and Python's headers (`pip install -e .`; "
+        "scripts/bootstrap.sh installs gcc and python3-dev where they are missing)") from exc
+
+from specpair.wire.codec import control  # noqa: E402
 from specpair.wire.codec.header import HEADER, LIMITS, Kind, Limits, check_crc, parse_header, seal
 from specpair.wire.codec.proposal import decode_proposal, encode_proposal
 from specpair.wire.codec.propose import decode_propose, encode_propose
