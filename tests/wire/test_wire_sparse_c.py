@@ -7,12 +7,12 @@ wire error from that code alone, so the compiled verdict must equal the referenc
 (docs/wire.md 3.4).
 
 Each of these edits to _sparse.c makes this file fail (checked by applying each one
-and rebuilding): dropping the drafted token's range check; `id < 0 ||` dropped from
-the support id range check; `>= vocab` made `> vocab`; NaN at the padding reported as
+and rebuilding): dropping the drafted token's range check; letting negative support
+ids through their range check; `>= vocab` made `> vocab`; NaN at the padding reported as
 PADDING_LOG_Q; dropping the padding-order (`in_padding`) check; dropping `n == 0`;
 accepting -inf at a valid id; dropping the duplicate check; the mass summed in float;
 dropping the normalization check; reporting the last failing check of a row instead of
-the first; carrying on to the last failing row instead of stopping at the first; not
+the first; carrying on past the first failing row instead of stopping there; not
 writing the widened log q.
 """
 

@@ -70,21 +70,28 @@ _CODECS: dict[Kind, _Codec] = {
     Kind.RELEASE: _Codec(Release, control.encode_release, control.decode_release, False),
     Kind.ERROR: _Codec(ErrorFrame, control.encode_error, control.decode_error, False),
 }
-_KIND_OF = {c.frame: kind for kind, c in _CODECS.items()}  # the encode direction's key
+# Lookups derived from the table: by frame class, and by kind code (a tuple index: no enum
+# hashing on the hot path).
+_BY_FRAME = {c.frame: (kind, c.encode) for kind, c in _CODECS.items()}
+_BY_CODE = tuple(_CODECS.get(code) for code in range(max(Kind) + 1))
 
 
-def kind_of(frame: Frame) -> Kind:
-    """The wire kind of an in-memory frame."""
+def _encoder(frame: Frame) -> tuple[Kind, Callable[[Any, Limits], list[bytes]]]:
     try:
-        return _KIND_OF[type(frame)]
+        return _BY_FRAME[type(frame)]
     except KeyError:
         raise BadShape(f"{type(frame).__name__} is not a wire frame") from None
 
 
+def kind_of(frame: Frame) -> Kind:
+    """The wire kind of an in-memory frame."""
+    return _encoder(frame)[0]
+
+
 def encode(frame: Frame, limits: Limits = LIMITS) -> bytes:
     """The bytes of ``frame`` (header, body, CRC-32C)."""
-    kind = kind_of(frame)
-    body = b"".join(_CODECS[kind].encode(frame, limits))
+    kind, enc = _encoder(frame)
+    body = b"".join(enc(frame, limits))
     if len(body) + HEADER.size > limits.frame_bytes:
         raise FrameTooLarge(f"{kind.name} frame of {len(body) + HEADER.size} bytes exceeds "
                             f"the limit {limits.frame_bytes}")
@@ -101,7 +108,7 @@ def decode(buf, hello: Hello | None = None, limits: Limits = LIMITS, *,
     if size > end:
         raise TrailingBytes(f"{size - end} bytes follow the {h.kind.name} frame")
     check_crc(buf, h.body_len, h.crc)
-    codec = _CODECS[h.kind]
+    codec = _BY_CODE[h.kind]
     if codec.needs_hello and hello is None:
         raise NoHello(f"a {h.kind.name} frame carries token ids: decode it with the HELLO")
     return codec.decode(buf, end, hello, limits)

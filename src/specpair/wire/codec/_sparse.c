@@ -81,21 +81,24 @@ static int check_row(const char *ids, const char *lp, Py_ssize_t s, int32_t tok,
         float q = load_f32(lp + 4 * j);
         out_ids[j] = id;
         out_lp[j] = q;
-        unsigned bad_q = (isnan(q) || q == INFINITY) ? FAILS(NON_FINITE) : 0;
         if (id == -1) {  /* padding: only after the valid ids, with log q = -inf */
             in_padding = 1;
-            fails |= bad_q | (!bad_q && q != -INFINITY ? FAILS(PADDING_LOG_Q) : 0);
+            if (q != -INFINITY)
+                fails |= isnan(q) || q == INFINITY ? FAILS(NON_FINITE) : FAILS(PADDING_LOG_Q);
             continue;
         }
-        fails |= bad_q | (q == -INFINITY ? FAILS(PADDING_LOG_Q) : 0)
-                 | (id < 0 || (int64_t)id >= vocab ? FAILS(SUPPORT_RANGE) : 0)
-                 | (in_padding ? FAILS(PADDING_ORDER) : 0);
+        int out_of_range = (uint64_t)(int64_t)id >= (uint64_t)vocab;  /* negatives wrap */
+        if (in_padding | out_of_range | !isfinite(q))  /* rare: one branch on the fast path */
+            fails |= (in_padding ? FAILS(PADDING_ORDER) : 0)
+                     | (out_of_range ? FAILS(SUPPORT_RANGE) : 0)
+                     | (isfinite(q) ? 0 : q == -INFINITY ? FAILS(PADDING_LOG_Q)
+                                                          : FAILS(NON_FINITE));
         if (n && id <= scratch[n - 1]) ascending = 0;
         scratch[n++] = id;
         found |= id == tok;
         mass += exp(q < 1.0f ? (double)q : 1.0);
     }
-    fails |= (tok < 0 || (int64_t)tok >= vocab ? FAILS(DRAFT_RANGE) : 0)
+    fails |= ((uint64_t)(int64_t)tok >= (uint64_t)vocab ? FAILS(DRAFT_RANGE) : 0)
              | (n == 0 ? FAILS(PADDING_ORDER) : 0)
              | (fabs(mass - 1.0) <= tol ? 0 : FAILS(UNNORMALIZED))
              | (found ? 0 : FAILS(DRAFT_NOT_IN_SUPPORT));
