@@ -17,7 +17,7 @@ help: ## Show this help.
 
 ##@ Development
 
-$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh src/specpair/wire/_sparse.c
+$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh src/specpair/wire/codec/_sparse.c
 	scripts/bootstrap.sh $(VENV) dev,deploy
 
 .PHONY: venv

@@ -17,26 +17,32 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
 
 import torch
 
+from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.wire.client import DraftClient
 from specpair.wire.codec import decode, encode
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import (
     DraftItem,
+    Hello,
     ItemStatus,
     ProposalFrame,
     Propose,
     ProposeItem,
     RequestParams,
 )
-from specpair.wire.loopback import trivial_hello
 from specpair.wire.server import ServerThread
 
 V, K, TOP = 129_280, 5, 64
 KEY = b"bench-key-0123456789abcdef"
+
+
+def _hello(*kinds: QKind) -> Hello:
+    """The HELLO of a SAMPLED drafter of V, K and top-64 sending ``kinds``."""
+    return Hello(VERSION, DraftMode.SAMPLED, V, bytes(32), kinds, K, TOP, None)
 
 
 def _items(b: int) -> dict[str, list[DraftItem]]:
@@ -54,7 +60,7 @@ def _items(b: int) -> dict[str, list[DraftItem]]:
 
 def _codec(b: int) -> dict[str, tuple[int, float, float]]:
     """name -> (bytes, us encode+decode wall median, us CPU time; per request-round)."""
-    hello = replace(trivial_hello(V, support=TOP), q_encodings=(QKind.SPARSE, QKind.DENSE))
+    hello = _hello(QKind.SPARSE, QKind.DENSE)
     frames = {k: ProposalFrame(1, tuple(v)) for k, v in _items(b).items()}
     reps = {"SPARSE top-64": 200, "DENSE fp32": 1}
     samples: dict[str, list[float]] = {k: [] for k in frames}
@@ -85,8 +91,7 @@ class _Prepared:
 
 
 def _loopback(b: int, kind: str, items: list[DraftItem], rounds: int) -> tuple[float, float]:
-    hello = trivial_hello(V, kind=QKind.SPARSE if kind.startswith("SPARSE") else QKind.DENSE,
-                          support=TOP)
+    hello = _hello(QKind.SPARSE if kind.startswith("SPARSE") else QKind.DENSE)
     params = RequestParams(1.0, 0, 1.0, 0)
     with ServerThread(_Prepared(items), hello, KEY) as srv, DraftClient(
             "127.0.0.1", srv.port, KEY, vocab_size=V,

@@ -17,7 +17,7 @@ from drafter_probe import ProbeModel, expected_first_draft
 
 from specpair.drafter.engine import DrafterEngine
 from specpair.wire.client import DraftClient
-from specpair.wire.format import VERSION
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import RequestParams
 from specpair.wire.server import ServerThread
 from specpair.wire.session import DraftSession, StepRequest

@@ -26,7 +26,7 @@ from specpair.errors import SpecpairError
 from specpair.proposal import QKind
 from specpair.wire import errors as E
 from specpair.wire.codec import decode, encode
-from specpair.wire.format import HEADER, LIMITS, MAGIC, PREAUTH_FRAME_BYTES, Limits
+from specpair.wire.codec.header import HEADER, LIMITS, MAGIC, PREAUTH_FRAME_BYTES, Limits
 from specpair.wire.frames import (
     Auth,
     AuthOk,

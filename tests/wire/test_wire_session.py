@@ -12,13 +12,14 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from specpair.wire.client import DraftClient
 from specpair.wire.frames import RequestParams
-from specpair.wire.loopback import TrivialDrafter, trivial_hello
+from wire_loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 from specpair.wire.session import DraftSession, StepRequest
 
@@ -116,8 +117,8 @@ def test_release_of_finished_requests_reaches_the_drafter(pair):
 
 DRAFTER = textwrap.dedent("""
     import sys
-    from specpair.wire.loopback import TrivialDrafter, trivial_hello
     from specpair.wire.server import serve
+    from wire_loopback import TrivialDrafter, trivial_hello
     hello = trivial_hello(500)
     serve(TrivialDrafter(hello, delay_s=float(sys.argv[2])), hello, "127.0.0.1",
           int(sys.argv[1]), key=b"k" * 32, ready=lambda p: print("ready", p, flush=True))
@@ -125,8 +126,9 @@ DRAFTER = textwrap.dedent("""
 
 
 def _spawn(port, delay):
+    # `python -c` puts its working directory on sys.path: wire_loopback is found there
     p = subprocess.Popen([sys.executable, "-c", DRAFTER, str(port), str(delay)],
-                         stdout=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent)
     line = p.stdout.readline()
     assert line.startswith("ready"), line
     return p, int(line.split()[1])

@@ -9,9 +9,11 @@ import asyncio
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from wire_loopback import TrivialDrafter, trivial_hello
 
 from specpair.proposal import QKind
 from specpair.qlaw import Drafts
@@ -21,7 +23,7 @@ from specpair.wire import errors as E
 from specpair.wire.assemble import to_proposal
 from specpair.wire.client import DraftClient
 from specpair.wire.codec import decode, encode
-from specpair.wire.format import HEADER, Kind, seal
+from specpair.wire.codec.header import HEADER, Kind, seal
 from specpair.wire.frames import (
     AuthOk,
     Challenge,
@@ -32,7 +34,6 @@ from specpair.wire.frames import (
     ProposeItem,
     RequestParams,
 )
-from specpair.wire.loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 from specpair.wire.source import Missing, MissingReason
 

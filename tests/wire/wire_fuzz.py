@@ -1,19 +1,30 @@
 """Mutation fuzz of the wire decoder: valid frames, mutated, must decode or raise a WireError.
 
-    .venv/bin/python tests/wire/wire_fuzz.py --iterations 2000000 [--seed N]   # `make fuzz`
+    .venv/bin/python tests/wire/wire_fuzz.py --iterations 2000000 [--seed N] [--reseal always]
+    # `make fuzz`
 
 Mutations: bit flips, interesting bytes, interesting u16/u32/u64 and f32 values
-written over fields, truncation, extension, deleted and duplicated ranges.
-Most mutants get their CRC (and often body_len) repaired so they reach the
-body's checks instead of stopping at the checksum. Any exception that is not a
-WireError fails, and so does a decoded mutant that does not re-encode to the same
-bytes (one encoding per frame). A watchdog ends the process on a hang.
+written over fields, f32 values moved by a few ulps, truncation, extension, deleted
+and duplicated ranges. The corpus holds valid frames of every kind, SPARSE rows
+among them whose mass sits as close inside 1 +- 1e-3 as an ulp of one entry
+allows (where an ulp decides the verdict).
+
+Resealing, ``mostly`` (the default): 80 % of the mutants get their CRC (and half of
+those body_len) repaired, so most reach the body's checks and the rest exercise the
+header and the checksum. ``always``: every mutant gets its CRC recomputed and, where
+its length changed, zero bytes to a multiple of 8 and body_len repaired, so all but
+those whose header fields were hit reach the body's checks.
+
+Any exception that is not a WireError fails, and so does a decoded mutant that does
+not re-encode to the same bytes (one encoding per frame). A watchdog ends the process
+on a hang.
 """
 
 from __future__ import annotations
 
 import argparse
 import faulthandler
+import math
 import random
 import struct
 import sys
@@ -35,12 +46,13 @@ from wire_helpers import (
 
 from specpair.proposal import QKind
 from specpair.wire.codec import decode, encode
+from specpair.wire.codec.header import HEADER, NORM_TOLERANCE
 from specpair.wire.errors import WireError
-from specpair.wire.format import HEADER
 from specpair.wire.frames import (
     Auth,
     AuthOk,
     Challenge,
+    DraftItem,
     ErrorFrame,
     FeatureKind,
     FeatureSpec,
@@ -76,6 +88,9 @@ def corpus() -> list[tuple[bytes, object]]:
         out.append((encode(Propose(i, tuple(propose_item(rng, j, feats, n_new=1 + (i + j) % 7)
                                             for j in range(1 + i % 3)))), feats))
         out.append((encode(Propose(i, (propose_item(rng, 5, sampled, n_new=1 + i),))), sampled))
+    for i in range(4):  # SPARSE rows at the normalization edges
+        out.append((encode(ProposalFrame(i, (_edge_item(rng, i, upper=i % 2 == 0),))),
+                    sampled))
     out += [(encode(h), None) for h in (sampled, feats, greedy)]
     out += [(encode(Release((1, 2, 3 << 40))), None), (encode(ErrorFrame(3, "bad frame é")), None),
             (encode(Challenge(bytes(range(32)))), None),
@@ -83,10 +98,44 @@ def corpus() -> list[tuple[bytes, object]]:
     return out
 
 
-def mutate(r: random.Random, data: bytes) -> bytes:
+def _mass(row: np.ndarray) -> float:
+    """The decoder's SPARSE mass: float64 exp summed in slot order."""
+    m = 0.0
+    for x in row.tolist():
+        m += math.exp(x)
+    return m
+
+
+def _edge_item(rng: np.random.Generator, rid: int, upper: bool) -> DraftItem:
+    """A valid SPARSE item, K = 2, S = 8, each row's mass as close to 1 +- 1e-3 (the
+    upper or the lower edge) as moving its last log q by ulps gets it, still inside."""
+    edge = 1 + NORM_TOLERANCE if upper else 1 - NORM_TOLERANCE
+    inward, outward = (np.float32(-np.inf), np.float32(np.inf))[::1 if upper else -1]
+    ids = np.stack([rng.choice(V, 8, replace=False) for _ in range(2)]).astype(np.int64)
+    lp = np.empty((2, 8), np.float32)
+    for row, q in zip(lp, rng.random((2, 8)) + 0.1, strict=True):
+        row[:] = np.log(q / q.sum() * edge)
+        while abs(_mass(row) - 1) > NORM_TOLERANCE:
+            row[-1] = np.nextafter(row[-1], inward)
+        nxt = row.copy()
+        nxt[-1] = np.nextafter(row[-1], outward)
+        while abs(_mass(nxt) - 1) <= NORM_TOLERANCE:
+            row[-1] = nxt[-1]
+            nxt[-1] = np.nextafter(row[-1], outward)
+    return DraftItem(rid, ItemStatus.OK, torch.from_numpy(ids[:, 0].copy()), QKind.SPARSE,
+                     torch.from_numpy(lp), torch.from_numpy(ids))
+
+
+def _seal(b: bytearray) -> None:
+    """Recompute the CRC-32C of header[0:12] + body in place."""
+    struct.pack_into("<I", b, 12, crc32c.crc32c(bytes(b[HEADER.size:]),
+                                                 crc32c.crc32c(bytes(b[:12]))))
+
+
+def mutate(r: random.Random, data: bytes, reseal: str = "mostly") -> bytes:
     b = bytearray(data)
     for _ in range(r.choice((1, 1, 1, 2, 3))):
-        op = r.randrange(8)
+        op = r.randrange(9)
         n = len(b)
         if op == 0 and n:
             i = r.randrange(n)
@@ -107,11 +156,19 @@ def mutate(r: random.Random, data: bytes) -> bytes:
         elif op == 7 and n > 17:
             i, j = sorted(r.sample(range(16, n), 2))
             b[i:j] = b[i:j] * r.choice((0, 2))
-    if len(b) >= HEADER.size and r.random() < 0.8:
+        elif op == 8 and n >= 4:  # an f32 moved by a few ulps (its bits as an integer)
+            i = r.randrange(0, n - 3) & ~3
+            (bits,) = struct.unpack_from("<I", b, i)
+            struct.pack_into("<I", b, i, (bits + r.choice((-3, -2, -1, 1, 2, 3))) & 0xFFFFFFFF)
+    if len(b) >= HEADER.size and reseal == "always":
+        if len(b) != len(data):  # a well-formed envelope: 8-aligned, body_len its length
+            b += bytes(-(len(b) - HEADER.size) % 8)
+            struct.pack_into("<I", b, 8, len(b) - HEADER.size)
+        _seal(b)
+    elif len(b) >= HEADER.size and r.random() < 0.8:
         if r.random() < 0.5:
             struct.pack_into("<I", b, 8, len(b) - HEADER.size)
-        crc = crc32c.crc32c(bytes(b[HEADER.size:]), crc32c.crc32c(bytes(b[:12])))
-        struct.pack_into("<I", b, 12, crc)
+        _seal(b)
     return bytes(b)
 
 
@@ -124,7 +181,8 @@ class Outcome:
     slowest_s: float = 0.0
 
 
-def run(iterations: int, seed: int = 0, watchdog_s: float = 600.0) -> Outcome:
+def run(iterations: int, seed: int = 0, watchdog_s: float = 600.0,
+        reseal: str = "mostly") -> Outcome:
     frames = corpus()
     r = random.Random(seed)
     out = Outcome()
@@ -134,7 +192,7 @@ def run(iterations: int, seed: int = 0, watchdog_s: float = 600.0) -> Outcome:
             warnings.simplefilter("error")  # a numpy/torch warning is a failure too
             for i in range(iterations):
                 data, hello = frames[r.randrange(len(frames))]
-                mutant = mutate(r, data)
+                mutant = mutate(r, data, reseal)
                 authed = r.random() < 0.9
                 t0 = time.perf_counter()
                 try:
@@ -158,12 +216,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=2_000_000, help="mutants to decode")
     ap.add_argument("--seed", type=int, default=int(time.time()), help="PRNG seed (printed)")
+    ap.add_argument("--reseal", choices=("mostly", "always"), default="mostly",
+                    help="repair the CRC of 80 %% of the mutants, or of every one")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    out = run(args.iterations, args.seed, watchdog_s=max(600.0, args.iterations / 1000))
+    out = run(args.iterations, args.seed, watchdog_s=max(600.0, args.iterations / 1000),
+              reseal=args.reseal)
     dt = time.perf_counter() - t0
-    print(f"seed {args.seed}: {out.iterations} mutants in {dt:.1f} s, {out.decoded} still valid, "
-          f"slowest decode {out.slowest_s * 1e3:.2f} ms")
+    print(f"seed {args.seed}, reseal {args.reseal}: {out.iterations} mutants in {dt:.1f} s, "
+          f"{out.decoded} still valid, slowest decode {out.slowest_s * 1e3:.2f} ms")
     for name, n in sorted(out.refused.items(), key=lambda kv: -kv[1]):
         print(f"  {name:22s} {n}")
     for f in out.failures[:20]:

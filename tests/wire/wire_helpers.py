@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire.format import VERSION
+from specpair.wire.codec import encode
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import (
     DraftItem,
     FeatureKind,
@@ -48,6 +49,15 @@ def sparse_item(rng: np.random.Generator, rid: int, vocab: int, depth: int, supp
         toks[k] = ids[k, int(rng.integers(0, c))]
     return DraftItem(rid, ItemStatus.OK, torch.from_numpy(toks), QKind.SPARSE,
                      torch.from_numpy(lp), torch.from_numpy(ids))
+
+
+def one_row_proposal(ids: np.ndarray, lp: np.ndarray) -> bytes:
+    """A PROPOSAL of request 1 with one SPARSE item, K = 1: support ``ids`` [S], log q
+    ``lp`` [S] fp32, drafting ids[0]. Not checked beyond what the encoder checks."""
+    item = DraftItem(1, ItemStatus.OK, torch.tensor([int(ids[0])]), QKind.SPARSE,
+                     torch.from_numpy(np.asarray(lp, np.float32).reshape(1, -1).copy()),
+                     torch.from_numpy(np.asarray(ids, np.int64).reshape(1, -1)))
+    return encode(ProposalFrame(1, (item,)))
 
 
 def dense_item(rng: np.random.Generator, rid: int, vocab: int, depth: int) -> DraftItem:

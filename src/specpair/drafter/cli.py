@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
     from specpair.drafter.engine import DrafterEngine
     from specpair.drafter.model import HFDraftModel
     from specpair.models.tokenizer import fingerprint
-    from specpair.wire.format import VERSION
+    from specpair.wire.codec.header import VERSION
     from specpair.wire.server import serve
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -70,7 +70,7 @@ def make_source(vocab_size: int, tokenizer_dir: str | Path) -> DraftSource:
         from specpair.drafter.engine import DrafterEngine
         from specpair.drafter.inprocess import InProcessSource
         from specpair.drafter.model import HFDraftModel
-        from specpair.wire.format import VERSION
+        from specpair.wire.codec.header import VERSION
 
         model_dir = Path(where.removeprefix("inproc:"))
         engine = DrafterEngine(HFDraftModel(model_dir),

@@ -3,8 +3,8 @@
 Modules, one job each:
 
 - ``frames``: the in-memory frames (frozen dataclasses).
-- ``format``, ``blocks``, ``codec``, ``codec_propose``, ``codec_proposal``, ``qcheck``:
-  the byte format; ``codec.encode`` / ``codec.decode``.
+- ``codec``: the byte format, ``codec.encode`` / ``codec.decode`` (a package: header, body,
+  control, propose, proposal, qcheck and the compiled SPARSE checks).
 - ``errors``: one exception class per failure, all ``WireError`` (``SpecpairError``).
 - ``auth``: pre-shared key and HMAC challenge-response.
 - ``server``: the drafter side, ``serve(handler, hello, host, port, key=...)``.
@@ -15,6 +15,7 @@ Modules, one job each:
   each request (deltas, whole resends, MISSING, REFUSED, counters); the vLLM adapters
   call it.
 - ``assemble``: ``to_proposal`` turns a round's drafts into a core ``Proposal``.
-- ``loopback``: a trivial exact drafter for tests, the self-test and the bench.
-- ``selftest``: the quick in-image self-test (tests/gates/test_wire_selftest.py).
+
+The loopback drafter and the wire self-test are test code: tests/wire/wire_loopback.py and
+tests/gates/wire_selftest.py.
 """

@@ -28,7 +28,8 @@ import torch
 
 from specpair.proposal import QKind
 from specpair.wire.codec import encode
-from specpair.wire.codec_propose import check_counts, check_params
+from specpair.wire.codec.header import LIMITS, Limits, check_u64
+from specpair.wire.codec.propose import check_counts, check_params
 from specpair.wire.conn import Connection
 from specpair.wire.errors import (
     AuthFailed,
@@ -42,7 +43,6 @@ from specpair.wire.errors import (
     TokenOutOfRange,
     WireError,
 )
-from specpair.wire.format import LIMITS, Limits, check_u64
 from specpair.wire.frames import (
     DraftItem,
     FeatureSpec,

@@ -13,6 +13,7 @@ import time
 
 from specpair.wire import auth
 from specpair.wire.codec import Frame, decode, encode
+from specpair.wire.codec.header import HEADER, LIMITS, VERSION, Limits, parse_header
 from specpair.wire.errors import (
     AuthFailed,
     ConnectionLost,
@@ -21,7 +22,6 @@ from specpair.wire.errors import (
     PeerError,
     UnexpectedFrame,
 )
-from specpair.wire.format import HEADER, LIMITS, VERSION, Limits, parse_header
 from specpair.wire.frames import Auth, AuthOk, Challenge, ErrorFrame, Hello
 
 __all__ = ["Connection"]

@@ -52,6 +52,7 @@ __all__ = [
     "ConnectionLost",
     "DeadlineExceeded",
     "BadKey",
+    "InternalError",
 ]
 
 
@@ -240,3 +241,10 @@ class DeadlineExceeded(WireError):
 
 class BadKey(WireError):
     """The pre-shared key is missing, unreadable or too short."""
+
+
+class InternalError(WireError):
+    """The drafter failed on a frame for a reason of its own (a bug, logged with its
+    traceback), not because the frame broke docs/wire.md."""
+
+    code = ErrorCode.INTERNAL

@@ -10,8 +10,9 @@ so TCP pushes back on the target) to one worker thread shared by all connections
 the handler never runs concurrently with itself. Each PROPOSE gets exactly one
 PROPOSAL. If the handler raises, or answers with a frame that does not encode or
 does not match the round, every item of the round is answered RESYNC (the target
-resends those histories whole). A malformed frame gets ERROR and the close. When
-a connection ends, the requests it carried are released.
+resends those histories whole). A malformed frame, a kind out of its place (never
+decoded) or a frame the decoder fails on (ERROR INTERNAL) gets ERROR and the close of
+that connection only. When a connection ends, the requests it carried are released.
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ import torch
 from specpair.proposal import QKind
 from specpair.wire import auth
 from specpair.wire.codec import decode, encode
-from specpair.wire.errors import AuthFailed, ErrorCode, UnexpectedFrame, WireError
-from specpair.wire.format import HEADER, LIMITS, Limits, parse_header
+from specpair.wire.codec.header import HEADER, LIMITS, Kind, Limits, parse_header
+from specpair.wire.errors import AuthFailed, ErrorCode, InternalError, UnexpectedFrame, WireError
 from specpair.wire.frames import (
-    Auth,
     AuthOk,
     Challenge,
     DraftItem,
@@ -125,19 +125,32 @@ class WireServer:
         name = type(exc).__name__
         self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
 
-    async def _read(self, reader: asyncio.StreamReader, *, authenticated: bool):
+    async def _read(self, reader: asyncio.StreamReader, *, authenticated: bool,
+                    expect: tuple[Kind, ...]):
+        """The next frame, one of the kinds ``expect``: any other kind is refused by its
+        header (its body is read, so the close is clean, but never decoded). Every failure
+        is a WireError: a decoder that fails otherwise (a bug) is logged with its
+        traceback and raised as InternalError."""
         head = await reader.readexactly(HEADER.size)
         h = parse_header(head, self.limits, authenticated=authenticated)  # before the body
         body = await reader.readexactly(h.body_len)
-        return decode(head + body, self.hello, self.limits, authenticated=authenticated)
+        if h.kind not in expect:
+            raise UnexpectedFrame(f"expected {' or '.join(k.name for k in expect)}, "
+                                  f"got {h.kind.name}")
+        try:
+            return decode(head + body, self.hello, self.limits, authenticated=authenticated)
+        except WireError:
+            raise
+        except Exception as exc:
+            log.exception("the decoder failed on a %s frame", h.kind.name)
+            raise InternalError(f"the drafter failed to decode the {h.kind.name} frame "
+                                f"({type(exc).__name__})") from exc
 
     async def _handshake(self, reader, writer) -> None:
         nonce = auth.new_nonce()
         writer.write(encode(Challenge(nonce), self.limits))
         await writer.drain()
-        frame = await self._read(reader, authenticated=False)
-        if not isinstance(frame, Auth):
-            raise AuthFailed(f"expected AUTH, got {type(frame).__name__}")
+        frame = await self._read(reader, authenticated=False, expect=(Kind.AUTH,))
         if not auth.macs_equal(auth.target_mac(self.key, nonce, frame.nonce), frame.mac):
             raise AuthFailed("AUTH carries a wrong MAC (the target lacks the key)")
         mac = auth.drafter_mac(self.key, nonce, frame.nonce)
@@ -184,10 +197,8 @@ class WireServer:
     async def _read_loop(self, reader, writer, queue: asyncio.Queue) -> None:
         while True:
             try:
-                frame = await self._read(reader, authenticated=True)
-                if not isinstance(frame, Propose | Release):
-                    raise UnexpectedFrame(f"a target sends PROPOSE or RELEASE, not "
-                                          f"{type(frame).__name__}")
+                frame = await self._read(reader, authenticated=True,
+                                         expect=(Kind.PROPOSE, Kind.RELEASE))
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the target went away
             except WireError as exc:

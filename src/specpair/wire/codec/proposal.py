@@ -10,8 +10,17 @@ import torch
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire import _sparse
-from specpair.wire.blocks import ZERO8, append_block, block_end, view
+from specpair.wire.codec import _sparse
+from specpair.wire.codec.body import (
+    ZERO8,
+    append_block,
+    block_end,
+    decode_round,
+    encode_round,
+    view,
+)
+from specpair.wire.codec.header import NORM_TOLERANCE, Limits, check_u64
+from specpair.wire.codec.qcheck import check_dense, check_tokens, sparse_error
 from specpair.wire.errors import (
     BadDtype,
     BadShape,
@@ -25,10 +34,7 @@ from specpair.wire.errors import (
     UndeclaredEncoding,
     UnknownCode,
 )
-from specpair.wire.format import NORM_TOLERANCE, Limits, check_u64
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame
-from specpair.wire.qcheck import check_dense, check_tokens, diagnose_sparse
-from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_proposal", "decode_proposal"]
 
@@ -151,8 +157,7 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
     """Decode and check a PROPOSAL body in ``buf[16:end]`` against ``hello``.
 
     SPARSE items are checked together: consecutive items of the same (K, S) sit at a
-    fixed stride, so one compiled pass checks the whole run (``_sparse_run``; the
-    per-item numpy checks run only to name a failing item).
+    fixed stride, so one compiled pass checks the whole run (``_sparse_run``).
     """
     round_id, n, off = decode_round(buf, end, "PROPOSAL", limits)
     caps = min(limits.depth, hello.max_depth), min(limits.support, hello.max_support)
@@ -182,25 +187,19 @@ def decode_proposal(buf, end: int, hello: Hello, limits: Limits) -> ProposalFram
 def _sparse_run(buf, run: list[tuple[int, int]], k: int, s: int, first: int, vocab: int,
                 items: list) -> None:
     """Check a run of consecutive SPARSE items of one (K, S) that starts at offset
-    ``first``; put them into ``items``. One compiled pass checks and widens them all
-    (``_sparse.c``); only when it fails do the per-item numpy checks name the failure."""
+    ``first``; put them into ``items``. One compiled pass (``_sparse.c``) checks and
+    widens them all, or names the first failing row and check, which
+    ``qcheck.sparse_error`` turns into the wire error."""
     pt, pq = _aligned(4 * k), _aligned(4 * k * s)
     stride = _ITEM.size + pt + 2 * pq  # every item of the run has this size
     n = len(run)
-    base = first + _ITEM.size
     toks64, ids64 = np.empty((n, k), np.int64), np.empty((n, k, s), np.int64)
     lp32 = np.empty((n, k, s), np.float32)
-    if not _sparse.decode_run(buf, base, n, k, s, stride, vocab, NORM_TOLERANCE,
-                              toks64, ids64, lp32):
-        toks = np.ndarray((n, k), _I32, buf, base, (stride, 4))
-        ids = np.ndarray((n, k, s), _I32, buf, base + pt, (stride, 4 * s, 4))
-        lp = np.ndarray((n, k, s), _F32, buf, base + pt + pq, (stride, 4 * s, 4))
-        for j, (_, rid) in enumerate(run):
-            try:
-                diagnose_sparse(toks[j], ids[j], lp[j], vocab)
-            except DecodeError as exc:
-                raise type(exc)(f"request {rid}: {exc}") from None
-        raise AssertionError("the compiled SPARSE check and its diagnosis disagree")
+    bad = _sparse.decode_run(buf, first + _ITEM.size, n, k, s, stride, vocab, NORM_TOLERANCE,
+                             toks64, ids64, lp32)
+    if bad is not None:
+        j, r = divmod(bad[0], k)
+        raise sparse_error(bad[1], run[j][1], r, int(toks64[j, r]), vocab)
     for j, (i, rid) in enumerate(run):
         items[i] = DraftItem(rid, _OK, _from_numpy(toks64[j]), _SPARSE, _from_numpy(lp32[j]),
                              _from_numpy(ids64[j]))

@@ -1,16 +1,25 @@
-/* SPARSE q checks and conversions, compiled (docs/wire.md 3.4 and 9).
+/* SPARSE q checks and conversions, compiled: the wire's only SPARSE check (docs/wire.md 3.4, 9).
 
-   decode_run(buf, base, n, k, s, stride, vocab, tol, toks_out, ids_out, lp_out) -> bool
+   decode_run(buf, base, n, k, s, stride, vocab, tol, toks_out, ids_out, lp_out)
+       -> None | (row, code)
      Checks the n SPARSE items of one (K, S) that sit in buf at base, base + stride, ...
      (each: K int32 drafted tokens, padded to 8; K*S int32 support ids, padded to 8;
      K*S float32 log q) and writes them widened into the writable buffers toks_out
-     (n*K int64), ids_out (n*K*S int64) and lp_out (n*K*S float32). True when every item
-     passes every check of docs/wire.md 3.4; False otherwise (the caller then names the
-     failure with its own per-item diagnosis). Per row: every support id is the padding
-     -1 or lies in [0, vocab); at least one valid id, the padding only after the valid
-     ids; the valid ids distinct; log q finite at the valid ids and -inf at the padding;
-     |sum exp(min(log q, 1)) - 1| <= tol, summed in double; the drafted token in [0,
-     vocab) and one of the row's valid ids.
+     (n*K int64), ids_out (n*K*S int64) and lp_out (n*K*S float32). None when every row
+     passes every check of docs/wire.md 3.4. Otherwise it stops at the first failing row
+     (item-major, row i*K + r is position r of item i) and returns (row, code): code is
+     the first check the row fails, in this order (the module's int constants; Python's
+     codec.qcheck names the wire error from it):
+       DRAFT_RANGE           the drafted token is outside [0, vocab)
+       SUPPORT_RANGE         a support id is neither the padding -1 nor in [0, vocab)
+       NON_FINITE            a log q is NaN or +inf
+       PADDING_ORDER         no valid id, or a valid id after the padding
+       PADDING_LOG_Q         log q -inf at a valid id, or not -inf at the padding
+       DUPLICATE_ID          a valid id listed twice
+       UNNORMALIZED          |sum exp(min(log q, 1)) - 1| > tol (exp and the sum in double,
+                             in slot order)
+       DRAFT_NOT_IN_SUPPORT  the drafted token is not one of the row's valid ids (q(d) = 0)
+     On a failure the outputs hold the rows up to the failing one (the rest is unset).
 
    i32(src, lo) -> bytes | None
      The int64 values of the buffer src as little-endian int32 bytes, or None when one
@@ -50,13 +59,20 @@ static int distinct(int32_t *scratch, Py_ssize_t n) {
     return 1;
 }
 
+enum {
+    OK = 0, DRAFT_RANGE, SUPPORT_RANGE, NON_FINITE, PADDING_ORDER, PADDING_LOG_Q, DUPLICATE_ID,
+    UNNORMALIZED, DRAFT_NOT_IN_SUPPORT
+};
+#define FAILS(code) (1u << (code))
+
 /* One row of S ids and log q with its drafted token; widens the ids into out_ids and
    copies the log q into out_lp. scratch (S int32) collects the valid ids, sorted only
-   when they are not ascending. 1 when the row passes every check, 0 otherwise. */
+   when they are not ascending. OK when the row passes every check, else the first
+   check it fails (the order of the enum). */
 static int check_row(const char *ids, const char *lp, Py_ssize_t s, int32_t tok,
                      int64_t vocab, double tol, int64_t *out_ids, float *out_lp,
                      int32_t *scratch) {
-    int ok = tok >= 0 && (int64_t)tok < vocab;
+    unsigned fails = 0;  /* FAILS(code) for every check the row fails */
     int ascending = 1, found = 0, in_padding = 0;
     Py_ssize_t n = 0;
     double mass = 0.0;
@@ -67,17 +83,29 @@ static int check_row(const char *ids, const char *lp, Py_ssize_t s, int32_t tok,
         out_lp[j] = q;
         if (id == -1) {  /* padding: only after the valid ids, with log q = -inf */
             in_padding = 1;
-            ok &= q == -INFINITY;
+            if (q != -INFINITY)
+                fails |= isnan(q) || q == INFINITY ? FAILS(NON_FINITE) : FAILS(PADDING_LOG_Q);
             continue;
         }
-        ok &= !in_padding && id >= 0 && (int64_t)id < vocab && isfinite(q);
+        int out_of_range = (uint64_t)(int64_t)id >= (uint64_t)vocab;  /* negatives wrap */
+        if (in_padding | out_of_range | !isfinite(q))  /* rare: one branch on the fast path */
+            fails |= (in_padding ? FAILS(PADDING_ORDER) : 0)
+                     | (out_of_range ? FAILS(SUPPORT_RANGE) : 0)
+                     | (isfinite(q) ? 0 : q == -INFINITY ? FAILS(PADDING_LOG_Q)
+                                                          : FAILS(NON_FINITE));
         if (n && id <= scratch[n - 1]) ascending = 0;
         scratch[n++] = id;
         found |= id == tok;
         mass += exp(q < 1.0f ? (double)q : 1.0);
     }
-    ok &= n > 0 && found && fabs(mass - 1.0) <= tol;
-    return ok && (ascending || distinct(scratch, n));
+    fails |= ((uint64_t)(int64_t)tok >= (uint64_t)vocab ? FAILS(DRAFT_RANGE) : 0)
+             | (n == 0 ? FAILS(PADDING_ORDER) : 0)
+             | (fabs(mass - 1.0) <= tol ? 0 : FAILS(UNNORMALIZED))
+             | (found ? 0 : FAILS(DRAFT_NOT_IN_SUPPORT));
+    if (!ascending && !distinct(scratch, n)) fails |= FAILS(DUPLICATE_ID);
+    int code = OK;
+    while (fails && !((fails >> code) & 1)) code++;
+    return code;
 }
 
 static int get_out(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what) {
@@ -125,21 +153,26 @@ static PyObject *decode_run(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    int ok = 1;
+    Py_ssize_t bad_row = -1;
+    int code = OK;
     Py_BEGIN_ALLOW_THREADS
     const char *p = (const char *)in.buf + base;
     int64_t *ot = to.buf, *oi = io.buf;
     float *ol = lo.buf;
-    for (Py_ssize_t i = 0; i < n; i++, p += stride)
+    for (Py_ssize_t i = 0; i < n && code == OK; i++, p += stride)
         for (Py_ssize_t r = 0; r < k; r++) {
             Py_ssize_t row = i * k + r;
             ot[row] = load_i32(p + 4 * r);
-            ok &= check_row(p + pt + 4 * r * s, p + pt + pq + 4 * r * s, s, (int32_t)ot[row],
-                            vocab, tol, oi + row * s, ol + row * s, scratch);
+            code = check_row(p + pt + 4 * r * s, p + pt + pq + 4 * r * s, s, (int32_t)ot[row],
+                             vocab, tol, oi + row * s, ol + row * s, scratch);
+            if (code != OK) {
+                bad_row = row;
+                break;
+            }
         }
     Py_END_ALLOW_THREADS
     PyMem_RawFree(scratch);
-    result = PyBool_FromLong(ok);
+    result = code == OK ? Py_NewRef(Py_None) : Py_BuildValue("(ni)", bad_row, code);
 done:
     if (have >= 3) PyBuffer_Release(&lo);
     if (have >= 2) PyBuffer_Release(&io);
@@ -181,7 +214,8 @@ static PyObject *i32(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode_run", decode_run, METH_VARARGS,
-     "decode_run(buf, base, n, k, s, stride, vocab, tol, toks_out, ids_out, lp_out) -> bool"},
+     "decode_run(buf, base, n, k, s, stride, vocab, tol, toks_out, ids_out, lp_out) "
+     "-> None | (row, code)"},
     {"i32", i32, METH_VARARGS, "i32(src, lo) -> bytes | None"},
     {NULL, NULL, 0, NULL},
 };
@@ -190,4 +224,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sparse",
                                     "SPARSE q checks and conversions (docs/wire.md 9).", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__sparse(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sparse(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    static const struct { const char *name; int code; } codes[] = {
+        {"DRAFT_RANGE", DRAFT_RANGE}, {"SUPPORT_RANGE", SUPPORT_RANGE},
+        {"NON_FINITE", NON_FINITE}, {"PADDING_ORDER", PADDING_ORDER},
+        {"PADDING_LOG_Q", PADDING_LOG_Q}, {"DUPLICATE_ID", DUPLICATE_ID},
+        {"UNNORMALIZED", UNNORMALIZED}, {"DRAFT_NOT_IN_SUPPORT", DRAFT_NOT_IN_SUPPORT},
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    return m;
+}

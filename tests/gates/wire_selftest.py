@@ -3,8 +3,8 @@
 It encodes and decodes every frame kind, makes the decoder refuse one broken
 frame per main failure class, runs one authenticated loopback round against the
 trivial drafter on 127.0.0.1 and checks that a client without the key is refused.
-``run()`` returns one ``Check`` per step; tests/gates/test_wire_selftest.py asserts
-them all.
+``run()`` returns one ``Check`` per step; the gate test_wire_selftest.py beside it
+asserts them all. Test code (it runs from tests/, which the images carry).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import crc32c
 import torch
+from wire_loopback import TrivialDrafter, trivial_hello
 
 from specpair.proposal import QKind
 from specpair.wire import errors as E
@@ -37,7 +38,6 @@ from specpair.wire.frames import (
     Release,
     RequestParams,
 )
-from specpair.wire.loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 
 __all__ = ["Check", "run"]

@@ -1,9 +1,8 @@
-"""Encode and decode whole frames (docs/wire.md). No pickle, no eval: only struct and numpy.
+"""CHALLENGE, AUTH, AUTH_OK, HELLO, RELEASE and ERROR bodies (docs/wire.md 3.1, 3.2, 3.5).
 
-``encode(frame)`` checks shapes, dtypes and limits and returns the frame's bytes.
-``decode(buf, hello)`` checks everything docs/wire.md states and returns the frame;
-it raises one ``WireError`` subclass per failure. Frames that carry token ids
-(PROPOSE, PROPOSAL) need the drafter's ``Hello`` for the vocabulary and limits.
+Each frame has an ``encode_*`` (frame, limits) -> body parts and a ``decode_*``
+(buf, end, hello, limits) -> frame; these bodies carry no token ids, so their
+decoders ignore the HELLO.
 """
 
 from __future__ import annotations
@@ -12,9 +11,8 @@ import struct
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
-from specpair.wire.blocks import append_block, block_end
-from specpair.wire.codec_proposal import decode_proposal, encode_proposal
-from specpair.wire.codec_propose import decode_propose, encode_propose
+from specpair.wire.codec.body import append_block, block_end
+from specpair.wire.codec.header import DTYPE_CODES, HEADER, Limits, check_u64, dtype_code
 from specpair.wire.errors import (
     BadHello,
     BadShape,
@@ -22,9 +20,7 @@ from specpair.wire.errors import (
     DepthLimit,
     DuplicateRequest,
     FeatureLimit,
-    FrameTooLarge,
     MessageLimit,
-    NoHello,
     NonZeroReserved,
     RequestLimit,
     SupportLimit,
@@ -32,18 +28,6 @@ from specpair.wire.errors import (
     Truncated,
     UnknownCode,
     VocabLimit,
-)
-from specpair.wire.format import (
-    DTYPE_CODES,
-    HEADER,
-    LIMITS,
-    Kind,
-    Limits,
-    check_crc,
-    check_u64,
-    dtype_code,
-    parse_header,
-    seal,
 )
 from specpair.wire.frames import (
     Auth,
@@ -53,14 +37,14 @@ from specpair.wire.frames import (
     FeatureKind,
     FeatureSpec,
     Hello,
-    ProposalFrame,
-    Propose,
     Release,
 )
 
-__all__ = ["Frame", "encode", "decode", "kind_of"]
-
-Frame = Challenge | Auth | AuthOk | Hello | Propose | ProposalFrame | Release | ErrorFrame
+__all__ = [
+    "encode_challenge", "decode_challenge", "encode_auth", "decode_auth", "encode_auth_ok",
+    "decode_auth_ok", "encode_hello", "decode_hello", "encode_release", "decode_release",
+    "encode_error", "decode_error",
+]
 
 _HELLO = struct.Struct("<HBBI32sHBBIII")  # 56 bytes, docs/wire.md 3.2
 _RELEASE = struct.Struct("<II")  # n, reserved
@@ -68,54 +52,7 @@ _ERROR = struct.Struct("<II")  # code, msg_len
 _NONCE = 32
 _MODES = frozenset(int(m) for m in DraftMode)
 _FEATURE_KINDS = frozenset(int(k) for k in FeatureKind)
-_KIND_OF = {Challenge: Kind.CHALLENGE, Auth: Kind.AUTH, AuthOk: Kind.AUTH_OK, Hello: Kind.HELLO,
-            Propose: Kind.PROPOSE, ProposalFrame: Kind.PROPOSAL, Release: Kind.RELEASE,
-            ErrorFrame: Kind.ERROR}
 
-
-def kind_of(frame: Frame) -> Kind:
-    """The wire kind of an in-memory frame."""
-    try:
-        return _KIND_OF[type(frame)]
-    except KeyError:
-        raise BadShape(f"{type(frame).__name__} is not a wire frame") from None
-
-
-def encode(frame: Frame, limits: Limits = LIMITS) -> bytes:
-    """The bytes of ``frame`` (header, body, CRC-32C)."""
-    kind = kind_of(frame)
-    if kind == Kind.PROPOSAL:
-        parts = encode_proposal(frame, limits)
-    elif kind == Kind.PROPOSE:
-        parts = encode_propose(frame, limits)
-    else:
-        parts = _ENCODERS[kind](frame, limits)
-    body = b"".join(parts)
-    if len(body) + HEADER.size > limits.frame_bytes:
-        raise FrameTooLarge(f"{kind.name} frame of {len(body) + HEADER.size} bytes exceeds "
-                                  f"the limit {limits.frame_bytes}")
-    return seal(kind, body)
-
-
-def decode(buf, hello: Hello | None = None, limits: Limits = LIMITS, *,
-           authenticated: bool = True) -> Frame:
-    """Decode one whole frame from ``buf`` (bytes-like, exactly one frame long)."""
-    h = parse_header(buf, limits, authenticated=authenticated)
-    end, size = HEADER.size + h.body_len, len(buf)
-    if size < end:
-        raise Truncated(f"{h.kind.name} frame needs {end} bytes, got {size}")
-    if size > end:
-        raise TrailingBytes(f"{size - end} bytes follow the {h.kind.name} frame")
-    check_crc(buf, h.body_len, h.crc)
-    dec = _TOKEN_DECODERS.get(h.kind)
-    if dec is not None:
-        if hello is None:
-            raise NoHello(f"a {h.kind.name} frame carries token ids: decode it with the HELLO")
-        return dec(buf, end, hello, limits)
-    return _DECODERS[h.kind](buf, end, limits)
-
-
-# ---- small frames ----------------------------------------------------------------------
 
 
 def _bytes32(value: bytes, what: str) -> bytes:
@@ -131,28 +68,28 @@ def _fixed(buf, end: int, size: int, what: str) -> bytes:
     return bytes(buf[HEADER.size:end])
 
 
-def _enc_challenge(f: Challenge, _: Limits) -> list[bytes]:
+def encode_challenge(f: Challenge, _: Limits) -> list[bytes]:
     return [_bytes32(f.nonce, "CHALLENGE nonce")]
 
 
-def _dec_challenge(buf, end: int, _: Limits) -> Challenge:
+def decode_challenge(buf, end: int, _hello: Hello | None, _: Limits) -> Challenge:
     return Challenge(_fixed(buf, end, _NONCE, "CHALLENGE"))
 
 
-def _enc_auth(f: Auth, _: Limits) -> list[bytes]:
+def encode_auth(f: Auth, _: Limits) -> list[bytes]:
     return [_bytes32(f.nonce, "AUTH nonce"), _bytes32(f.mac, "AUTH mac")]
 
 
-def _dec_auth(buf, end: int, _: Limits) -> Auth:
+def decode_auth(buf, end: int, _hello: Hello | None, _: Limits) -> Auth:
     b = _fixed(buf, end, 2 * _NONCE, "AUTH")
     return Auth(b[:_NONCE], b[_NONCE:])
 
 
-def _enc_auth_ok(f: AuthOk, _: Limits) -> list[bytes]:
+def encode_auth_ok(f: AuthOk, _: Limits) -> list[bytes]:
     return [_bytes32(f.mac, "AUTH_OK mac")]
 
 
-def _dec_auth_ok(buf, end: int, _: Limits) -> AuthOk:
+def decode_auth_ok(buf, end: int, _hello: Hello | None, _: Limits) -> AuthOk:
     return AuthOk(_fixed(buf, end, _NONCE, "AUTH_OK"))
 
 
@@ -176,7 +113,7 @@ def _check_hello(h: Hello, limits: Limits) -> None:
                            f"1..{limits.feature_width}")
 
 
-def _enc_hello(h: Hello, limits: Limits) -> list[bytes]:
+def encode_hello(h: Hello, limits: Limits) -> list[bytes]:
     _check_hello(h, limits)
     if not 0 <= h.version < 1 << 16:
         raise BadShape(f"HELLO version {h.version} does not fit in u16")
@@ -188,7 +125,7 @@ def _enc_hello(h: Hello, limits: Limits) -> list[bytes]:
                         h.max_support, fw, 0)]
 
 
-def _dec_hello(buf, end: int, limits: Limits) -> Hello:
+def decode_hello(buf, end: int, _hello: Hello | None, limits: Limits) -> Hello:
     b = _fixed(buf, end, _HELLO.size, "HELLO")
     (version, mode, mask, vocab, fp, max_depth, fk, fd, max_support, fw,
      reserved) = _HELLO.unpack(b)
@@ -210,7 +147,7 @@ def _dec_hello(buf, end: int, limits: Limits) -> Hello:
     return hello
 
 
-def _enc_release(r: Release, limits: Limits) -> list[bytes]:
+def encode_release(r: Release, limits: Limits) -> list[bytes]:
     ids = r.request_ids
     if not 1 <= len(ids) <= limits.requests:
         raise RequestLimit(f"RELEASE of {len(ids)} requests; a frame holds 1..{limits.requests}")
@@ -221,7 +158,7 @@ def _enc_release(r: Release, limits: Limits) -> list[bytes]:
     return [_RELEASE.pack(len(ids), 0), struct.pack(f"<{len(ids)}Q", *ids)]
 
 
-def _dec_release(buf, end: int, limits: Limits) -> Release:
+def decode_release(buf, end: int, _hello: Hello | None, limits: Limits) -> Release:
     off = HEADER.size
     if off + _RELEASE.size > end:
         raise Truncated("RELEASE body is cut short")
@@ -240,7 +177,7 @@ def _dec_release(buf, end: int, limits: Limits) -> Release:
     return Release(ids)
 
 
-def _enc_error(e: ErrorFrame, limits: Limits) -> list[bytes]:
+def encode_error(e: ErrorFrame, limits: Limits) -> list[bytes]:
     msg = e.message.encode("utf-8", errors="replace")
     if len(msg) > limits.message:
         raise MessageLimit(f"ERROR message of {len(msg)} bytes exceeds {limits.message}")
@@ -251,7 +188,7 @@ def _enc_error(e: ErrorFrame, limits: Limits) -> list[bytes]:
     return parts
 
 
-def _dec_error(buf, end: int, limits: Limits) -> ErrorFrame:
+def decode_error(buf, end: int, _hello: Hello | None, limits: Limits) -> ErrorFrame:
     off = HEADER.size
     if off + _ERROR.size > end:
         raise Truncated("ERROR body is cut short")
@@ -267,10 +204,3 @@ def _dec_error(buf, end: int, limits: Limits) -> ErrorFrame:
     except UnicodeDecodeError as exc:
         raise BadUtf8(f"ERROR message is not UTF-8: {exc}") from None
     return ErrorFrame(code, msg)
-
-
-_ENCODERS = {Kind.CHALLENGE: _enc_challenge, Kind.AUTH: _enc_auth, Kind.AUTH_OK: _enc_auth_ok,
-             Kind.HELLO: _enc_hello, Kind.RELEASE: _enc_release, Kind.ERROR: _enc_error}
-_TOKEN_DECODERS = {Kind.PROPOSE: decode_propose, Kind.PROPOSAL: decode_proposal}  # need HELLO
-_DECODERS = {Kind.CHALLENGE: _dec_challenge, Kind.AUTH: _dec_auth, Kind.AUTH_OK: _dec_auth_ok,
-             Kind.HELLO: _dec_hello, Kind.RELEASE: _dec_release, Kind.ERROR: _dec_error}

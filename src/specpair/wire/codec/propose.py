@@ -8,7 +8,9 @@ import struct
 import numpy as np
 import torch
 
-from specpair.wire.blocks import append_block, view
+from specpair.wire.codec.body import append_block, decode_round, encode_round, view
+from specpair.wire.codec.header import DTYPE_CODES, Limits, check_u64, dtype_code
+from specpair.wire.codec.qcheck import check_tokens
 from specpair.wire.errors import (
     BadDtype,
     BadParams,
@@ -23,10 +25,7 @@ from specpair.wire.errors import (
     TrailingBytes,
     Truncated,
 )
-from specpair.wire.format import DTYPE_CODES, Limits, check_u64, dtype_code
 from specpair.wire.frames import Hello, Propose, ProposeItem, RequestParams
-from specpair.wire.qcheck import check_tokens
-from specpair.wire.rounds import decode_round, encode_round
 
 __all__ = ["encode_propose", "decode_propose", "check_params", "check_counts"]
 

@@ -1,4 +1,4 @@
-"""A trivial, exact drafter for loopback tests, the wire self-test and the bench.
+"""A trivial, exact drafter for the wire's loopback tests and its self-test (test code).
 
 It has no model: its law at each draft position is a fixed-shape SPARSE (or
 DENSE) law whose support and weights are a deterministic function of the last
@@ -22,7 +22,7 @@ from specpair.proposal import QKind
 from specpair.qlaw import Drafts, widen
 from specpair.rng import Stream, uniform
 from specpair.sampling import sample_from_logp
-from specpair.wire.format import VERSION
+from specpair.wire.codec.header import VERSION
 from specpair.wire.frames import (
     DraftItem,
     FeatureSpec,

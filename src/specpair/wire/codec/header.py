@@ -1,4 +1,5 @@
-"""Constants and the 16-byte frame header of docs/wire.md (sections 2, 4 and 5)."""
+"""The wire's constants (docs/wire.md sections 2, 4 and 5) and the 16-byte frame header:
+kinds, limits, dtype codes, parsing, the CRC-32C and sealing a body into a frame."""
 
 from __future__ import annotations
 
