@@ -36,6 +36,6 @@ def promtool() -> str:
     here = str(Path(sys.executable).parent)
     found = shutil.which("promtool") or shutil.which("promtool", path=here)
     if found is None:
-        pytest.skip("promtool is not installed (scripts/bootstrap.sh installs Debian's into the "
-                    "venv; `apt-get install prometheus` also provides it)")
+        pytest.skip("promtool is not installed (scripts/bootstrap.sh puts Debian's promtool "
+                    "into the venv)")
     return found
