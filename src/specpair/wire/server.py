@@ -177,8 +177,9 @@ class WireServer:
             except (WireError, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
                 self.stats.auth_failures += 1
                 self._count(exc)
-                if isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
-                    log.debug("a connection closed before its AUTH (a port probe?)")
+                if (isinstance(exc, asyncio.IncompleteReadError) and not exc.partial) or \
+                        isinstance(exc, ConnectionResetError | BrokenPipeError):
+                    log.debug("a connection closed before its AUTH (a port probe?): %s", exc)
                 else:  # a real peer: logged, at most once a minute (all are counted)
                     self._refusals.warning("refused a connection at the handshake: %s", exc)
                 msg = str(exc) or "no valid AUTH within the handshake deadline"
