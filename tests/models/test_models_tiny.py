@@ -76,6 +76,32 @@ def test_loads_offline_with_shared_tokenizer(tiny_pair: TinyPair) -> None:
     assert t.config.head_dim == 32 and t.config.vocab_size == tokenizer.VOCAB_SIZE
 
 
+def test_chat_template_renders_a_conversation(tiny_pair: TinyPair, tmp_path: Path) -> None:
+    """vLLM's /v1/chat/completions needs a chat template: the tiny tokenizer carries one."""
+    tok = AutoTokenizer.from_pretrained(tiny_pair.target, local_files_only=True)
+    chat = [{"role": "user", "content": "ba be, bo."}, {"role": "assistant", "content": "bu da"}]
+    text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert text == "<s>user : ba be, bo. </s> assistant : bu da </s> assistant :"
+    ids = tok.apply_chat_template(chat, tokenize=True, add_generation_prompt=True,
+                                  return_dict=True)["input_ids"]
+    unk, colon, eos = 0, tok.convert_tokens_to_ids(":"), 2
+    assert ids == [1, unk, colon, 10, 11, 5, 13, 4, eos, unk, colon, 14, 15, eos, unk, colon]
+    assert ids.count(1) == 1  # one <s>: the template's, not a second from the post-processor
+    assert AutoTokenizer.from_pretrained(tiny_pair.draft, local_files_only=True) \
+        .apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == text
+    # The template is in tokenizer_config.json, so the fingerprint covers it.
+    copy = tmp_path / "tok"
+    copy.mkdir()
+    for name in tokenizer.TOKENIZER_FILES:
+        (copy / name).write_bytes((tiny_pair.target / name).read_bytes())
+    assert tokenizer.fingerprint(copy) == tokenizer.fingerprint(tiny_pair.target)
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == tokenizer.CHAT_TEMPLATE
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    assert tokenizer.fingerprint(copy) != tokenizer.fingerprint(tiny_pair.target)
+
+
 def test_draft_shares_the_targets_first_layers(tiny_pair: TinyPair) -> None:
     t = load_file(tiny_pair.target / "model.safetensors")
     d = load_file(tiny_pair.draft / "model.safetensors")

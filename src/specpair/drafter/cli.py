@@ -7,11 +7,12 @@ import json
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from specpair.draft import DraftMode
 from specpair.drafter.errors import ModelLoadError
-from specpair.drafter.metrics import Metrics, serve_metrics
+from specpair.drafter.metrics import Metrics, Readiness, serve_metrics
 from specpair.errors import EXIT_BAD_INPUT, BadInput, CannotRun
 from specpair.wire.auth import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, load_key
 from specpair.wire.errors import BadKey
@@ -19,6 +20,7 @@ from specpair.wire.errors import BadKey
 MAX_DEPTH = 32  # docs/wire.md section 5
 MAX_DRAFT_TOP_K = 2**31 - 1  # beyond any vocabulary
 MAX_THREADS = 1024
+MAX_IDLE_RELEASE_S = 86400.0  # a day: longer is a leak, not a policy
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,8 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        f"{MAX_KEY_FILE_BYTES} bytes, surrounding whitespace stripped; a regular "
                        "file of mode 0600 or 0400)")
     serve.add_argument("--metrics-port", type=int, default=None, metavar="P",
-                       help="serve Prometheus metrics on http://127.0.0.1:P/metrics, P in "
-                       "0..65535 (0 picks a free port; default off)")
+                       help="serve Prometheus metrics on http://127.0.0.1:P/metrics and "
+                       "readiness on /healthz (200 once the model is loaded and the wire "
+                       "server listens, else 503), P in 0..65535 (0 picks a free port; "
+                       "default off)")
     serve.add_argument("--mode", choices=("sampled", "greedy"), default="sampled",
                        help="sampled: drafts d ~ q with q on the wire (default); greedy: "
                        "argmax drafts declared as point masses")
@@ -58,6 +62,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="largest K served, 1..32 (default 16)")
     serve.add_argument("--threads", type=int, default=0, metavar="N",
                        help=f"torch CPU threads, 0..{MAX_THREADS} (default 0: torch's choice)")
+    serve.add_argument("--idle-release-s", type=float, default=30.0, metavar="S",
+                       help=f"free a request no round touched for S seconds, 0 < S <= "
+                       f"{MAX_IDLE_RELEASE_S:g} (default 30; the target releases finished "
+                       "requests only at its next step, so an idle target would leave them "
+                       "held; freed too early costs one RESYNC)")
     serve.set_defaults(func=_serve)
 
 
@@ -89,9 +98,18 @@ def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes]:
                                 ("--threads", args.threads, 0, MAX_THREADS)):
         if value is not None and not lo <= value <= hi:
             raise BadInput(f"{flag} must lie in {lo}..{hi}, got {value}")
+    if not 0 < args.idle_release_s <= MAX_IDLE_RELEASE_S:  # NaN fails too
+        raise BadInput(f"--idle-release-s must lie in (0, {MAX_IDLE_RELEASE_S:g}], "
+                       f"got {args.idle_release_s}")
     if not args.model.is_dir():
         raise ModelLoadError(f"--model {args.model}: not a directory")
     return host, port, key
+
+
+def _expire_idle(engine, every_s: float, stop: threading.Event) -> None:  # noqa: ANN001
+    """Free the engine's idle requests every ``every_s`` seconds until ``stop`` is set."""
+    while not stop.wait(every_s):
+        engine.expire()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -115,20 +133,31 @@ def _run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise ModelLoadError(str(e)) from e
     metrics = Metrics()
-    engine = DrafterEngine(
-        HFDraftModel(args.model, args.device), tokenizer_fingerprint=fp, wire_version=VERSION,
-        mode=DraftMode.GREEDY if args.mode == "greedy" else DraftMode.SAMPLED,
-        draft_top_k=args.draft_top_k, max_depth=args.max_depth, metrics=metrics)
-    http = serve_metrics(metrics, "127.0.0.1", args.metrics_port) \
+    readiness = Readiness(metrics)
+    # Up before the model loads: /healthz answers 503 until the engine and the wire are ready.
+    http = serve_metrics(metrics, "127.0.0.1", args.metrics_port, readiness) \
         if args.metrics_port is not None else None
-
-    def ready(bound: int) -> None:
-        print(json.dumps({"listen": f"{host}:{bound}", "metrics": None if http is None
-                          else f"127.0.0.1:{http.server_address[1]}"}), flush=True)
-
+    stop_expiry = threading.Event()
     try:
+        engine = DrafterEngine(
+            HFDraftModel(args.model, args.device), tokenizer_fingerprint=fp,
+            wire_version=VERSION,
+            mode=DraftMode.GREEDY if args.mode == "greedy" else DraftMode.SAMPLED,
+            draft_top_k=args.draft_top_k, max_depth=args.max_depth, metrics=metrics,
+            idle_release_s=args.idle_release_s)
+        readiness.engine_loaded(args.mode)
+        threading.Thread(target=_expire_idle, name="expire-idle", daemon=True,
+                         args=(engine, min(5.0, args.idle_release_s / 2), stop_expiry)).start()
+
+        def ready(bound: int) -> None:
+            readiness.listening(f"{host}:{bound}")
+            print(json.dumps({"listen": f"{host}:{bound}", "metrics": None if http is None
+                              else f"127.0.0.1:{http.server_address[1]}"}), flush=True)
+
         serve(engine, engine.hello(), host, port, key=key, ready=ready)  # until SIGTERM/SIGINT
     finally:
+        readiness.listening(None)
+        stop_expiry.set()
         if http is not None:
             http.shutdown()
     print("specpair drafter serve: stopped", file=sys.stderr)

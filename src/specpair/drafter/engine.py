@@ -18,6 +18,12 @@ fed last round. Each PROPOSE item (docs/wire.md §3.3) is applied as follows:
   rebuilt from the committed history alone (counted in the metrics).
 - otherwise the engine lacks the history: RESYNC (the target resends it whole).
 
+A request's state is freed by RELEASE, by the end of the connection that
+carried it, or by ``expire()`` once no round has touched it for
+``idle_release_s``: the target sends RELEASE only from its next decode step,
+so the requests of its last step would otherwise stay held while it idles.
+A request expired too early costs one RESYNC, never a wrong draft.
+
 Items the engine cannot serve (K above its max depth, positions past the
 model's, bad ids or params, missing features) get REFUSED. The OK items of a
 round are drafted together with ``specpair.draft.propose`` (DRAFT stream,
@@ -64,6 +70,7 @@ class _State:
     cached: int = 0  # committed tokens covered by the cache (a prefix of history)
     fed: list[int] = field(default_factory=list)  # drafts fed after them last round
     drafts: list[int] = field(default_factory=list)  # drafts sent last round
+    touched: float = 0.0  # time.monotonic() of the last round that carried the request
 
 
 class DrafterEngine:
@@ -71,18 +78,21 @@ class DrafterEngine:
 
     def __init__(self, model: DraftModel, *, tokenizer_fingerprint: bytes, wire_version: int,
                  mode: DraftMode = DraftMode.SAMPLED, draft_top_k: int = 0, max_depth: int = 16,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, idle_release_s: float = 30.0) -> None:
         if len(tokenizer_fingerprint) != 32:
             raise ValueError("tokenizer_fingerprint must be a 32-byte sha256")
         if not 1 <= max_depth <= 32:
             raise ValueError(f"max_depth must lie in [1, 32] (docs/wire.md §5), got {max_depth}")
         if draft_top_k < 0:
             raise ValueError(f"draft_top_k must be >= 0 (0 = off), got {draft_top_k}")
+        if not idle_release_s > 0:
+            raise ValueError(f"idle_release_s must be > 0, got {idle_release_s}")
         self.model = model
         self.mode = mode
         self.draft_top_k = draft_top_k
         self.max_depth = max_depth
         self.metrics = metrics or Metrics()
+        self.idle_release_s = idle_release_s  # expire() frees requests idle this long
         v = model.vocab_size
         support = min(v, WIRE_MAX_SUPPORT) if draft_top_k == 0 else min(v, draft_top_k)
         self._hello = Hello(
@@ -105,6 +115,20 @@ class DrafterEngine:
             for rid in request_ids:
                 self._states.pop(rid, None)
             self.metrics.set_live(len(self._states))
+
+    def expire(self, now: float | None = None) -> int:
+        """Free every request no round touched for ``idle_release_s``; how many were freed."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [rid for rid, st in self._states.items()
+                    if now - st.touched >= self.idle_release_s]
+            for rid in idle:
+                del self._states[rid]
+            self.metrics.set_live(len(self._states))
+        if idle:
+            log.info("released %d request(s) idle for %g s or more", len(idle),
+                     self.idle_release_s)
+        return len(idle)
 
     def handle(self, frame: Propose) -> ProposalFrame:
         t0 = time.perf_counter()
@@ -161,12 +185,14 @@ class DrafterEngine:
         new = item.new_tokens.tolist()
         feats = item.features if self.model.feature_spec is not None else None
         if len(new) == item.position:  # whole history: start over
-            st = self._states[rid] = _State(history=new, features=feats)
+            st = self._states[rid] = _State(history=new, features=feats,
+                                            touched=time.monotonic())
             return ItemStatus.OK, st, 0
         st = self._states.get(rid)
         if st is None or len(st.history) + len(new) != item.position:
             self._states.pop(rid, None)
             return ItemStatus.RESYNC, None, 0
+        st.touched = time.monotonic()
         n_acc = item.num_accepted
         disagree = int(n_acc > len(st.drafts) or new[:n_acc] != st.drafts[:n_acc])
         prev = len(st.history)

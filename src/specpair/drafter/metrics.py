@@ -1,19 +1,24 @@
-"""The drafter's metrics, served as Prometheus text (exposition format 0.0.4).
+"""The drafter's metrics, served as Prometheus text (exposition format 0.0.4), and its health.
 
 Counters: rounds, requests by status, drafted tokens, history disagreements;
 a gauge of live requests; a histogram of the time to answer one PROPOSE.
-``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server.
+``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server,
+and ``GET /healthz``: 200 and a small JSON object once the draft model is
+loaded and the wire server listens, 503 before (and while stopping). Health
+checks use it instead of a TCP connect to the wire port, which the wire server
+would count and log as a refused handshake.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from specpair.wire.frames import ItemStatus
 
-__all__ = ["Metrics", "serve_metrics", "LATENCY_BUCKETS"]
+__all__ = ["Metrics", "Readiness", "serve_metrics", "LATENCY_BUCKETS"]
 
 # Upper bounds (seconds) of the round-latency histogram buckets; +Inf is implicit.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -81,23 +86,59 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``GET /metrics`` on host:port from a daemon thread; call ``shutdown()`` to stop."""
+class Readiness:
+    """Whether the drafter can serve: its engine is loaded and its wire server listens."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._lock = threading.Lock()
+        self._metrics = metrics  # for the live-request count in the answer
+        self.mode: str | None = None  # drafting mode once the engine is loaded, else None
+        self.listen: str | None = None  # HOST:PORT while the wire server listens, else None
+
+    def engine_loaded(self, mode: str) -> None:
+        with self._lock:
+            self.mode = mode
+
+    def listening(self, address: str | None) -> None:
+        """The wire server listens on ``address`` (None: it stopped)."""
+        with self._lock:
+            self.listen = address
+
+    def answer(self) -> tuple[int, dict]:
+        """(HTTP status, JSON body) of ``GET /healthz``."""
+        with self._lock:
+            ready = self.mode is not None and self.listen is not None
+            body = {"status": "ready" if ready else "not ready",
+                    "engine_loaded": self.mode is not None, "mode": self.mode,
+                    "listen": self.listen, "live_requests": self._metrics.live}
+        return (200 if ready else 503), body
+
+
+def serve_metrics(metrics: Metrics, host: str, port: int,
+                  readiness: Readiness | None = None) -> ThreadingHTTPServer:
+    """Serve ``GET /metrics`` (and ``GET /healthz`` when ``readiness`` is given) on host:port
+    from a daemon thread; call ``shutdown()`` to stop."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404, "only /metrics is served")
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                code, body = 200, metrics.render().encode()
+                ctype = "text/plain; version=0.0.4; charset=utf-8"
+            elif path == "/healthz" and readiness is not None:
+                code, answer = readiness.answer()
+                body, ctype = (json.dumps(answer) + "\n").encode(), "application/json"
+            else:
+                self.send_error(404, "only /metrics and /healthz are served")
                 return
-            body = metrics.render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
-            pass  # one line per scrape would drown the drafter's log
+            pass  # one line per scrape or health check would drown the drafter's log
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

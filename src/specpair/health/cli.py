@@ -31,6 +31,8 @@ from specpair.health.nvml import (
 from specpair.health.policy import DEFAULT_POLICY, Assessment, Policy, evaluate, load_policy
 from specpair.health.probe import probe
 from specpair.health.qualify import PAIRS, qualify_drafter_pair, qualify_target_pair
+from specpair.health.textfile import render as render_textfile
+from specpair.health.textfile import write as write_textfile
 
 __all__ = ["add_parser", "add_arguments", "run"]
 
@@ -56,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--record", metavar="FILE",
                      help="probe live NVML and also write what it answered to FILE "
                           "(a snapshot for post-mortems)")
+    p.add_argument("--prometheus-file", metavar="FILE",
+                   help="also write the verdict, findings and Xid events as a node_exporter "
+                        "textfile (FILE should end in .prom; replaced atomically; written on "
+                        "pass, warn, fail and cannot probe)")
     p.add_argument("--qualify", choices=PAIRS,
                    help="check a pair's physical invariants and record its GPU UUIDs")
     # --inventory/--confirm: probe every host of an inventory (specpair.deploy owns the flags).
@@ -166,7 +172,22 @@ def _qualify(args: argparse.Namespace, policy: Policy) -> int:
     return 0 if q.qualified else 1
 
 
+def _write_textfile(path: str, text: str) -> bool:
+    try:
+        write_textfile(path, text)
+    except OSError as e:
+        print(f"specpair health: bad input: cannot write --prometheus-file {path}: {e}",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
+    prom = getattr(args, "prometheus_file", None)
+    if prom and (getattr(args, "inventory", None) or args.qualify or args.input):
+        print("specpair health: bad input: --prometheus-file is for the probe of this host "
+              "(not with --inventory, --qualify or --input)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if getattr(args, "inventory", None):
         return run_health_inventory(args)
     try:
@@ -181,12 +202,16 @@ def run(args: argparse.Namespace) -> int:
         a = evaluate(report, policy, args.role)
     except CannotProbe as e:
         print(f"specpair health: cannot probe: {e}", file=sys.stderr)
+        if prom and not _write_textfile(prom, render_textfile("cannot_probe")):
+            return EXIT_BAD_INPUT
         if args.json:
             print(json.dumps({"status": "cannot_probe", "exit_code": EXIT_CANNOT_PROBE,
                               "reason": str(e)}))
         return EXIT_CANNOT_PROBE
     except (PolicyError, SnapshotError, ReportError) as e:
         print(f"specpair health: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if prom and not _write_textfile(prom, render_textfile(a.status, report, a, policy)):
         return EXIT_BAD_INPUT
     if args.json:
         print(json.dumps({"status": a.status, "exit_code": EXIT[a.status], "role": a.role,

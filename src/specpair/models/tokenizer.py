@@ -7,7 +7,9 @@ punctuation (``Whitespace`` pre-tokenizer); encoding prepends <s>.
 
 Saved as ``tokenizer.json`` + ``tokenizer_config.json`` (+
 ``special_tokens_map.json``) so that transformers' AutoTokenizer and vLLM load
-it offline as a ``PreTrainedTokenizerFast``.
+it offline as a ``PreTrainedTokenizerFast``. ``tokenizer_config.json`` carries
+a chat template (``CHAT_TEMPLATE``: vLLM's /v1/chat/completions refuses a
+tokenizer without one); being in that file, it is part of the fingerprint.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 __all__ = [
-    "VOCAB_SIZE", "SPECIALS", "TOKENIZER_FILES", "vocabulary", "build", "save", "fingerprint",
+    "VOCAB_SIZE", "SPECIALS", "TOKENIZER_FILES", "CHAT_TEMPLATE", "vocabulary", "build", "save",
+    "fingerprint",
 ]
 
 VOCAB_SIZE = 512  # a multiple of 64, so vLLM's vocabulary padding is a no-op
@@ -30,6 +33,16 @@ _CONS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 # Files that make up the tokenizer; the HELLO fingerprint hashes exactly these.
 TOKENIZER_FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
+# Chat template (Jinja, as transformers and vLLM render it): <s>, then per message
+# "ROLE : CONTENT </s>", then "assistant :" when a reply is wanted. Role names are not in the
+# vocabulary (they encode as <unk>); the tiny pair is a test model, not a chat model.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ message['role'] }} : {{ message['content'] }} {{ eos_token }} "
+    "{% endfor %}"
+    "{% if add_generation_prompt %}assistant :{% endif %}"
+)
 
 
 def _words() -> itertools.chain[str]:
@@ -72,6 +85,7 @@ def save(directory: Path, size: int = VOCAB_SIZE, max_length: int = 2048) -> Non
         "clean_up_tokenization_spaces": False,
         "add_bos_token": True,
         "add_eos_token": False,
+        "chat_template": CHAT_TEMPLATE,
         **special,
     }
     for name, obj in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -72,6 +73,25 @@ class ServerStats:
     errors: dict[str, int] = field(default_factory=dict)  # failures by exception class
 
 
+class _Throttle:
+    """Logs at most one WARNING per ``every_s`` seconds; the next names how many it held back."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._last = float("-inf")  # time.monotonic() of the last line logged
+        self._held = 0  # lines held back since then
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._held += 1
+            return
+        if self._held:
+            msg += f" ({self._held} more since the previous such line)"
+        self._last, self._held = now, 0
+        log.warning(msg, *args)
+
+
 def _resync(propose: Propose) -> ProposalFrame:
     empty = torch.zeros(0, dtype=torch.int64)
     return ProposalFrame(propose.round_id, tuple(
@@ -93,6 +113,7 @@ class WireServer:
         self.queue_depth = queue_depth
         self.handshake_timeout_s = handshake_timeout_s
         self.stats = ServerStats()
+        self._refusals = _Throttle(60.0)  # handshake refusals: one log line a minute at most
         self._hello_bytes = encode(hello, limits)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wire-handler")
         self._server: asyncio.Server | None = None
@@ -169,7 +190,11 @@ class WireServer:
             except (WireError, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
                 self.stats.auth_failures += 1
                 self._count(exc)
-                log.warning("refused a connection at the handshake: %s", exc)
+                if (isinstance(exc, asyncio.IncompleteReadError) and not exc.partial) or \
+                        isinstance(exc, ConnectionResetError | BrokenPipeError):
+                    log.debug("a connection closed before its AUTH (a port probe?): %s", exc)
+                else:  # a real peer: logged, at most once a minute (all are counted)
+                    self._refusals.warning("refused a connection at the handshake: %s", exc)
                 msg = str(exc) or "no valid AUTH within the handshake deadline"
                 with contextlib.suppress(Exception):
                     writer.write(encode(ErrorFrame(ErrorCode.AUTH_FAILED, msg[:512])))
