@@ -113,8 +113,9 @@ def test_every_form_is_bit_identical_to_the_former_formulas(vocab_size):
 
 
 def test_loopback_widening_is_unchanged():
-    from specpair.wire.frames import ProposeItem, RequestParams
     from wire_loopback import TrivialDrafter, trivial_hello
+
+    from specpair.wire.frames import ProposeItem, RequestParams
 
     hello = trivial_hello(500, kind=QKind.DENSE)
     drafter = TrivialDrafter(hello)

@@ -185,7 +185,7 @@ def test_healthz_and_idle_requests_are_released(live: dict) -> None:
         body = json.loads(r.read())
     assert r.status == 200 and body["status"] == "ready"
     assert body["listen"] == f"127.0.0.1:{d.port}" and body["mode"] == "sampled"
-    live["target"].round(live["client"], deadline_s=10.0)
+    live["target"].round(live["session"], deadline_s=10.0)
     assert _live_requests(d.metrics) == 3
     deadline = time.monotonic() + IDLE_RELEASE_S + 20
     while _live_requests(d.metrics) != 0 and time.monotonic() < deadline:

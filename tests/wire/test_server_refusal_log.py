@@ -8,10 +8,10 @@ import socket
 import time
 
 import pytest
+from wire_loopback import TrivialDrafter, trivial_hello
 
 from specpair.wire import errors as E
 from specpair.wire.client import DraftClient
-from specpair.wire.loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 
 V = 500

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from wire_loopback import TrivialDrafter, trivial_hello
 
 from specpair.wire.client import DraftClient
 from specpair.wire.frames import RequestParams
-from wire_loopback import TrivialDrafter, trivial_hello
 from specpair.wire.server import ServerThread
 from specpair.wire.session import DraftSession, StepRequest
 

@@ -9,7 +9,6 @@ import asyncio
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
