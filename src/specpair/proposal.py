@@ -91,9 +91,10 @@ class Proposal:
 
     def normalized_logq(self) -> torch.Tensor:
         """q_logp in float64, each row renormalized to sum to 1 (logsumexp = 0)."""
+        from specpair.qlaw import renormalize_  # the q-law builds on this module's QKind
+
         assert self.q_logp is not None
-        lq = self.q_logp.double()
-        return lq - torch.logsumexp(lq, dim=-1, keepdim=True)
+        return renormalize_(self.q_logp.to(torch.float64, copy=True))  # never in place
 
     def with_missing(self, missing: torch.Tensor) -> Proposal:
         """A copy with the requests flagged in ``missing`` [B] bool marked MISSING."""

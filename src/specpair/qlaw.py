@@ -29,7 +29,7 @@ import torch
 from specpair.errors import InvalidProposal
 from specpair.proposal import QKind
 
-__all__ = ["Drafts", "widen", "renormalize_", "logq", "probs", "scaled_logits"]
+__all__ = ["Drafts", "widen", "widen_rows", "renormalize_", "logq", "probs", "scaled_logits"]
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,37 @@ def widen(d: Drafts, vocab_size: int, out: torch.Tensor | None = None) -> torch.
     """[k, V] log q over the whole vocabulary, -inf outside the support, as shipped.
 
     Written into ``out`` ([k, V], fp32 or float64) when given, else into a new fp32
-    tensor. A SPARSE row's padding (-1) rewrites its column 0's value at column 0's
-    id, so one scatter serves every row whatever its support size."""
+    tensor."""
     k = d.depth
     if out is None:
         out = torch.empty((k, vocab_size), dtype=torch.float32)
     assert out.shape == (k, vocab_size) and out.dtype in (torch.float32, torch.float64)
-    if d.kind == QKind.DENSE and d.q_logp.shape[1] == vocab_size:
-        return out.copy_(d.q_logp)
-    out.fill_(float("-inf"))
     if d.kind == QKind.POINT_MASS:
-        return out.scatter_(1, d.tokens.view(k, 1), 0.0)
-    if d.kind == QKind.DENSE:
-        assert d.q_logp.shape[1] < vocab_size, "DENSE q wider than the vocabulary"
-        out[:, : d.q_logp.shape[1]] = d.q_logp
+        return out.fill_(float("-inf")).scatter_(1, d.tokens.view(k, 1), 0.0)
+    return widen_rows(d.q_logp, d.q_ids, out)
+
+
+def widen_rows(q_logp: torch.Tensor, q_ids: torch.Tensor | None,
+               out: torch.Tensor) -> torch.Tensor:
+    """Rows of shipped log q widened into ``out`` [N, V] (fp32 or float64), -inf elsewhere.
+
+    q_logp: [N, S] SPARSE with ``q_ids`` [N, S] int64 (-1 = padding, after at least one
+    valid id), or [N, W <= V] DENSE (a prefix of the vocabulary) with ``q_ids`` None. A
+    SPARSE row's padding rewrites its column 0's value at column 0's id, so one scatter
+    serves every row whatever its support size."""
+    n, v = out.shape
+    assert q_logp.ndim == 2 and q_logp.shape[0] == n, (tuple(q_logp.shape), tuple(out.shape))
+    if q_ids is None:
+        if q_logp.shape[1] == v:
+            return out.copy_(q_logp)
+        assert q_logp.shape[1] < v, "DENSE q wider than the vocabulary"
+        out.fill_(float("-inf"))
+        out[:, : q_logp.shape[1]] = q_logp
         return out
-    valid = d.q_ids >= 0
-    ids = torch.where(valid, d.q_ids, d.q_ids[:, :1])
-    vals = torch.where(valid, d.q_logp, d.q_logp[:, :1])
+    out.fill_(float("-inf"))
+    valid = q_ids >= 0
+    ids = torch.where(valid, q_ids, q_ids[:, :1])
+    vals = torch.where(valid, q_logp, q_logp[:, :1])
     return out.scatter_(1, ids, vals.to(out.dtype))
 
 

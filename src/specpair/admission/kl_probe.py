@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from specpair import qlaw
 from specpair.sampling import SamplingParams, process_logits
 
 __all__ = ["KL_MAX", "LOG_RATIO_MAX", "KlRow", "KlVerdict", "kl_probe"]
@@ -56,22 +57,19 @@ class KlVerdict:
 
 
 def _dense(q_logp: torch.Tensor, q_ids: torch.Tensor | None, v: int) -> torch.Tensor:
+    """[N, V] float64 normalized shipped log q (the q-law's widening and renormalization)."""
     if q_ids is None:
         assert q_logp.shape[-1] == v, f"dense q has width {q_logp.shape[-1]}, vocabulary {v}"
-        return q_logp.double()
-    if q_ids.shape != q_logp.shape or q_ids.dtype != torch.int64:
-        raise ValueError(f"q_ids must be int64 with the shape of q_logp {tuple(q_logp.shape)}; "
-                         f"got {q_ids.dtype} {tuple(q_ids.shape)}")
-    out = torch.full((q_logp.shape[0], v + 1), float("-inf"), dtype=torch.float64)
-    ids = torch.where(q_ids < 0, v, q_ids)  # padding goes to a scratch column
-    if bool((ids > v).any()):
-        raise ValueError(f"q_ids outside the vocabulary [0, {v})")
-    out.scatter_(1, ids, torch.where(q_ids < 0, float("-inf"), q_logp.double()))
-    return out[:, :v]
-
-
-def _normalized(lq: torch.Tensor) -> torch.Tensor:
-    return lq - torch.logsumexp(lq, dim=-1, keepdim=True)
+    else:
+        if q_ids.shape != q_logp.shape or q_ids.dtype != torch.int64:
+            raise ValueError(f"q_ids must be int64 with the shape of q_logp "
+                             f"{tuple(q_logp.shape)}; got {q_ids.dtype} {tuple(q_ids.shape)}")
+        if bool((q_ids >= v).any() | (q_ids < -1).any()):
+            raise ValueError(f"q_ids outside the vocabulary [0, {v})")
+        if bool((q_ids[:, 0] < 0).any()):
+            raise ValueError("a sparse row of q has no support id (padding -1 comes last)")
+    out = torch.empty((q_logp.shape[0], v), dtype=torch.float64)
+    return qlaw.renormalize_(qlaw.widen_rows(q_logp.double(), q_ids, out))
 
 
 def kl_probe(
@@ -88,8 +86,8 @@ def kl_probe(
         k = params.top_k
         params = replace(params, top_k=torch.where((k == 0) | (k > draft_top_k),
                                                    torch.full_like(k, draft_top_k), k))
-    ref = _normalized(process_logits(logits, params).double())
-    ship = _normalized(_dense(q_logp, q_ids, logits.shape[1]))
+    ref = qlaw.renormalize_(process_logits(logits, params).double())
+    ship = _dense(q_logp, q_ids, logits.shape[1])
     in_ref, in_ship = torch.isfinite(ref), torch.isfinite(ship)
     mismatch = (in_ref ^ in_ship).sum(dim=-1)
     both = in_ref & in_ship
