@@ -78,24 +78,6 @@ class Proposal:
     def depth(self) -> int:
         return self.tokens.shape[1]
 
-    def draft_logq(self) -> torch.Tensor:
-        """[B, K] float64 log q(d) of each drafted token under its row's law,
-        renormalized in float64 (what the sampler drew from). 0 for POINT_MASS."""
-        if self.kind == QKind.POINT_MASS:
-            return torch.zeros(self.tokens.shape, dtype=torch.float64)
-        lq = self.normalized_logq()
-        if self.kind == QKind.DENSE:
-            return lq.gather(2, self.tokens.unsqueeze(2)).squeeze(2)
-        hit = self.q_ids == self.tokens.unsqueeze(2)
-        return torch.where(hit, lq, float("-inf")).amax(dim=2)
-
-    def normalized_logq(self) -> torch.Tensor:
-        """q_logp in float64, each row renormalized to sum to 1 (logsumexp = 0)."""
-        from specpair.qlaw import renormalize_  # the q-law builds on this module's QKind
-
-        assert self.q_logp is not None
-        return renormalize_(self.q_logp.to(torch.float64, copy=True))  # never in place
-
     def with_missing(self, missing: torch.Tensor) -> Proposal:
         """A copy with the requests flagged in ``missing`` [B] bool marked MISSING."""
         return Proposal(self.tokens, self.kind, self.q_logp, self.q_ids, self.present & ~missing)

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import torch
 
 from specpair.errors import InvalidProposal
-from specpair.proposal import QKind
+from specpair.proposal import Proposal, QKind
 
-__all__ = ["Drafts", "widen", "widen_rows", "renormalize_", "logq", "probs", "scaled_logits"]
+__all__ = ["Drafts", "widen", "widen_rows", "renormalize_", "logq", "probs", "scaled_logits",
+           "proposal_logq", "draft_logq"]
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,22 @@ def scaled_logits(d: Drafts, vocab_size: int, temperature: float,
     exactly log q. T must be > 0 (at T = 0 the verifier does not read q at all)."""
     assert temperature > 0.0 and math.isfinite(temperature)
     return logq(d, vocab_size, out).mul_(temperature)
+
+
+def proposal_logq(p: Proposal) -> torch.Tensor:
+    """A batch proposal's q_logp [B, K, S|V] in float64, each row renormalized (logsumexp 0):
+    what the drafter's sampler drew from. A copy: the proposal is never changed."""
+    assert p.q_logp is not None, "POINT_MASS carries no q"
+    return renormalize_(p.q_logp.to(torch.float64, copy=True))
+
+
+def draft_logq(p: Proposal) -> torch.Tensor:
+    """[B, K] float64 log q(d) of each drafted token under its row's renormalized law;
+    0 for POINT_MASS (the law is the point mass at d)."""
+    if p.kind == QKind.POINT_MASS:
+        return torch.zeros(p.tokens.shape, dtype=torch.float64)
+    lq = proposal_logq(p)
+    if p.kind == QKind.DENSE:
+        return lq.gather(2, p.tokens.unsqueeze(2)).squeeze(2)
+    hit = p.q_ids == p.tokens.unsqueeze(2)
+    return torch.where(hit, lq, float("-inf")).amax(dim=2)

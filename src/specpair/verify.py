@@ -32,6 +32,7 @@ from typing import Literal
 
 import torch
 
+from specpair import qlaw
 from specpair.errors import InvalidProposal, MissingDraftLaw
 from specpair.proposal import Proposal, QKind
 from specpair.rng import Stream, uniform
@@ -96,7 +97,7 @@ def verify(
 
     # Acceptance: log u < log p(d) - log q(d)  <=>  u < min(1, p(d) / q(d)).
     logp_d = logp[:, :k].gather(2, drafts.unsqueeze(2)).squeeze(2).double()
-    logq_d = proposal.draft_logq()
+    logq_d = qlaw.draft_logq(proposal)
     bad = proposal.present & ~greedy & ~torch.isfinite(logq_d).all(dim=1)
     if bool(bad.any()):
         raise InvalidProposal(f"q(d) = 0 for a drafted token in requests "
@@ -152,7 +153,7 @@ def _subtract_q(w: torch.Tensor, proposal: Proposal, rows: torch.Tensor, j: torc
     if proposal.kind == QKind.POINT_MASS:
         w[r, proposal.tokens[r, jr]] = 0.0
         return
-    q = torch.exp(proposal.normalized_logq()[r, jr]).float()  # [R, S|V]
+    q = torch.exp(qlaw.proposal_logq(proposal)[r, jr]).float()  # [R, S|V]
     if proposal.kind == QKind.DENSE:
         w[r] = (w[r] - q).clamp_(min=0.0)
         return

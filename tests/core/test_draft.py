@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpair import qlaw
 from specpair.draft import DraftMode, draft_step, propose
 from specpair.proposal import QKind
 from specpair.sampling import SamplingParams, process_logits
@@ -41,7 +42,7 @@ def test_q_is_a_normalized_law_with_the_draft_in_its_support(
     assert prop.kind == (QKind.SPARSE if truncated else QKind.DENSE)
     lq = prop.q_logp.double()
     assert torch.allclose(lq.exp().sum(-1), torch.ones(4, depth, dtype=torch.float64), atol=1e-5)
-    logq_d = prop.draft_logq()
+    logq_d = qlaw.draft_logq(prop)
     assert bool(torch.isfinite(logq_d).all()), "q(d) must be > 0 for every drafted token"
     if prop.kind == QKind.SPARSE:
         ids = prop.q_ids
