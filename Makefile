@@ -92,6 +92,10 @@ image: venv image-tools ## Build the PROFILE images (default cpu) and load them 
 	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
 	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
 
+.PHONY: image-emulation
+image-emulation: ## Set up (or check, on arm64: nothing to do) the qemu arm64 emulation gb10 builds need.
+	scripts/arm64-emulation.sh
+
 .PHONY: image-verify
 image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
 	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
