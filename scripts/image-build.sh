@@ -4,7 +4,8 @@
 # Usage: scripts/image-build.sh ROLE PROFILE [TAG]
 #   ROLE     drafter | target
 #   PROFILE  cpu (linux/amd64) | rtx3090 (drafter, linux/amd64, CUDA) | gb10 (target, linux/arm64)
-#   TAG      image name:tag (default specpair-ROLE:PROFILE)
+#   TAG      image name:tag (default: scripts/image-tag.sh ROLE PROFILE, i.e.
+#            specpair-ROLE:PROFILE-VERSION, the one tag scheme compose and Ansible name)
 # Environment (the Makefile passes these; defaults in brackets):
 #   BUILDAH_ROOT     buildah storage (vfs) directory [/var/lib/specpair/buildah]; a fresh
 #                    directory gives a build that shares nothing with earlier ones
@@ -50,7 +51,7 @@ case "$role/$profile" in
   *) echo "error: no image '$role' for profile '$profile' (drafter: cpu|rtx3090; target: cpu|gb10)" >&2
      exit 2 ;;
 esac
-tag=${3:-specpair-$role:$profile}
+tag=${3:-$(scripts/image-tag.sh "$role" "$profile")}
 # shellcheck disable=SC1091
 source images/versions.lock
 
