@@ -115,6 +115,6 @@ def test_an_enable_that_does_not_take_is_named(tmp_path):
 
 
 def test_the_gb10_path_calls_it():
-    for script in ("image-build.sh", "image-base.sh"):
+    for script in ("image-build.sh", "image-base.sh", "image-gates.sh"):
         assert "scripts/arm64-emulation.sh" in (ROOT / "scripts" / script).read_text(), script
     assert os.access(SCRIPT, os.X_OK)
