@@ -82,6 +82,9 @@ ROLES_rtx3090 := drafter
 ROLES_gb10 := target
 ROLES := $(ROLES_$(PROFILE))
 IMAGE_ENV := CA_BUNDLE=$(CA_BUNDLE) WHEELHOUSE=$(WHEELHOUSE)
+# The one tag scheme (scripts/image-tag.sh): $(call TAG,ROLE,PROFILE[,VARIANT]) gives
+# specpair-ROLE:PROFILE[-VARIANT]-VERSION, VERSION being pyproject.toml's; compose names the same.
+TAG = $(shell scripts/image-tag.sh $(1) $(2) $(3))
 
 .PHONY: image-tools
 image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and start dockerd.
@@ -91,6 +94,10 @@ image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and
 image: venv image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
 	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
 	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
+
+.PHONY: image-emulation
+image-emulation: ## Set up (or check, on arm64: nothing to do) the qemu arm64 emulation gb10 builds need.
+	scripts/arm64-emulation.sh
 
 .PHONY: image-verify
 image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
@@ -130,14 +137,14 @@ image-test: venv ## The image part of `make test` (verify, gates, power check).
 .PHONY: gates
 gates: image-tools ## Run pytest -m gate (full size) inside each PROFILE image; JUnit in build/gates/.
 	SPECPAIR_GATE_SIZE=$${SPECPAIR_GATE_SIZE:-full} \
-	  scripts/image-gates.sh $(foreach r,$(ROLES),specpair-$(r):$(PROFILE))
+	  scripts/image-gates.sh $(foreach r,$(ROLES),$(call TAG,$(r),$(PROFILE)))
 
 .PHONY: gates-nofix
 gates-nofix: venv image-tools ## Power check: the target built without the CPU fix must fail its gate.
 	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) scripts/image-build.sh target cpu \
-	  specpair-target:cpu-nofix
+	  $(call TAG,target,cpu,nofix)
 	scripts/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' --must-fail '$(NOFIX_MUST)' \
-	  specpair-target:cpu-nofix
+	  $(call TAG,target,cpu,nofix)
 
 .PHONY: gates-local
 gates-local: venv ## Run the gates at full size in the local venv (no image).

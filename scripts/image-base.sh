@@ -29,12 +29,8 @@ if [ $write_lock = 0 ] && [ -f "$out" ] && [ -f "$lockfile" ] \
 fi
 
 command -v mmdebstrap >/dev/null || { echo "error: mmdebstrap missing (apt-get install mmdebstrap)" >&2; exit 1; }
-if [ "$arch" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ] \
-   && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  echo "error: arm64 base on $(dpkg --print-architecture) needs qemu-user-static + binfmt-support" \
-       "with qemu-aarch64 enabled (docs/facts.md section 5)" >&2
-  exit 1
-fi
+# arm64 on another architecture: qemu user emulation, set up (or the missing piece named) here.
+[ "$arch" = amd64 ] || scripts/arm64-emulation.sh
 
 mkdir -p "$(dirname "$out")"
 tmp=$(mktemp -d)

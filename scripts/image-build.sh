@@ -4,7 +4,8 @@
 # Usage: scripts/image-build.sh ROLE PROFILE [TAG]
 #   ROLE     drafter | target
 #   PROFILE  cpu (linux/amd64) | rtx3090 (drafter, linux/amd64, CUDA) | gb10 (target, linux/arm64)
-#   TAG      image name:tag (default specpair-ROLE:PROFILE)
+#   TAG      image name:tag (default: scripts/image-tag.sh ROLE PROFILE, i.e.
+#            specpair-ROLE:PROFILE-VERSION, the one tag scheme compose and Ansible name)
 # Environment (the Makefile passes these; defaults in brackets):
 #   BUILDAH_ROOT     buildah storage (vfs) directory [/var/lib/specpair/buildah]; a fresh
 #                    directory gives a build that shares nothing with earlier ones
@@ -12,7 +13,8 @@
 #   WHEELHOUSE       local wheel directory offered to the download, hash-checked [none]
 #   WHEEL_CACHE      where the locked wheels are downloaded (kept between builds)
 #                    [build/cache/wheels/PROFILE-ROLE]
-#   PY               Python whose pip downloads [.venv/bin/python, else python3]
+#   PY               Python whose pip downloads and that makes the tiny model pair (needs torch)
+#                    [.venv/bin/python, else python3]
 #   OVERLAY_EXCLUDE  overlay patch ids to leave out (target only; power tests) [none]
 #   PUSH             1: push the image to the Docker daemon [1]
 #   IID_FILE         write the image ID here [build/images/ROLE-PROFILE.iid]
@@ -27,20 +29,29 @@
 # build, which installs them with --no-index: nothing in the build talks to an index (buildah's
 # chroot isolation only offers --network host), and the CA bundle never goes near it. (pip's
 # HTTP cache cannot help: the proxy in front of the registries strips the caching headers.)
+# The tiny model pair is made here on the build host (`specpair models make-tiny`, from the
+# context's own src/) and copied in: the files are architecture-independent (the same seed gives
+# bit-identical files), and torch cannot compute inside an emulated arm64 build (oneDNN's
+# xbyak_aarch64 cannot read MIDR_EL1 under qemu and the step dies with exit 139).
+# linux/arm64 (gb10) on another architecture runs under qemu: scripts/arm64-emulation.sh sets it
+# up (or names what is missing) first.
 # The same commit, lock and arguments give the same image ID, whatever the store or cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 role=${1:?usage: scripts/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
 profile=${2:?usage: scripts/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
-tag=${3:-specpair-$role:$profile}
+# The Containerfile stage that ends each image: the rtx3090 drafter's own last stage (`cuda`)
+# only changes the default command to its hardware (--device cuda).
 case "$role/$profile" in
-  drafter/cpu|drafter/rtx3090) arch=amd64 ;;
-  target/cpu) arch=amd64 ;;
-  target/gb10) arch=arm64 ;;
+  drafter/cpu) arch=amd64 stage=drafter ;;
+  drafter/rtx3090) arch=amd64 stage=cuda ;;
+  target/cpu) arch=amd64 stage=target ;;
+  target/gb10) arch=arm64 stage=target ;;
   *) echo "error: no image '$role' for profile '$profile' (drafter: cpu|rtx3090; target: cpu|gb10)" >&2
      exit 2 ;;
 esac
+tag=${3:-$(scripts/image-tag.sh "$role" "$profile")}
 # shellcheck disable=SC1091
 source images/versions.lock
 
@@ -50,6 +61,8 @@ py=${PY:-.venv/bin/python}
 [ -x "$py" ] || py=python3
 iid_file=${IID_FILE:-build/images/$role-$profile.iid}
 command -v buildah >/dev/null || { echo "error: buildah missing (apt-get install buildah)" >&2; exit 1; }
+
+[ "$arch" = amd64 ] || scripts/arm64-emulation.sh
 
 # 1. Base rootfs (byte-reproducible, checked against images/lock/base-ARCH.txt).
 base=build/images/base-$arch.tar
@@ -69,6 +82,12 @@ else
   git ls-files -z -- pyproject.toml README.md src tests images/lock "images/$role" overlays \
     | xargs -0 cp --parents -t "$ctx"
   ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
+  # The tiny pair from the snapshot's own source (see above: no torch compute in the build).
+  PYTHONPATH="$(realpath "$ctx/src")" "$py" -m specpair models make-tiny --out "$ctx/models" \
+    --seed 0 >/dev/null \
+    || { echo "error: $py -m specpair models make-tiny failed (PY must have torch: make venv)" >&2
+         exit 1; }
+  chmod -R u=rwX,go=rX "$ctx/models"
   revision=$(git rev-parse HEAD)
   git diff --quiet HEAD -- pyproject.toml README.md src tests images overlays \
     || revision="$revision-dirty"
@@ -122,7 +141,7 @@ echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
   --file "$ctx/images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
-  --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
+  --target "$stage" --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
   --timestamp "$SOURCE_DATE_EPOCH" \
   --build-arg PROFILE="$profile" --build-arg BASE_TAR="$base" \
   --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \

@@ -2,18 +2,42 @@
 # Run the gate suite (`pytest -m gate tests/gates`, full size) INSIDE built images.
 #
 # Usage: scripts/image-gates.sh [--expect-fail REGEX [--must-fail REGEX]] IMAGE...
-#   For each IMAGE (e.g. specpair-target:cpu): `docker run --network none` the image's own pytest
-#   over its own tests/gates, JUnit XML to build/gates/<name>.xml, then a summary (pass / fail /
-#   skip with reasons). Exit 1 if any gate failed or errored.
+#        scripts/image-gates.sh --detect     print what the GPU detection below finds, run nothing
+#   For each IMAGE (e.g. specpair-target:cpu-0.1.0, scripts/image-tag.sh): `docker run --network
+#   none` the image's own pytest over its own tests/gates, JUnit XML to build/gates/<name>.xml,
+#   then a summary (pass / fail / skip with reasons). Exit 1 if any gate failed or errored.
 #   --expect-fail REGEX  power check (an image built with a fix left out): exit 0 only if the suite
 #                        FAILED and every failed test's id matches REGEX; any other outcome exits 1.
 #   --must-fail REGEX    with --expect-fail: a failed test must match REGEX (the gate that has to
 #                        catch the bug; the others may fail too, e.g. the attestation gate).
+# GPUs: where this host has NVIDIA devices (/dev/nvidia<N> or /proc/driver/nvidia), the gate
+#   container gets them (`docker run --gpus all`) and SPECPAIR_HOST_GPUS names what was found: an
+#   NVML gate that then finds no GPU FAILS (tests/gates/test_nvml_gate.py). Only a host with no
+#   NVIDIA device at all lets the NVML gates skip; the report says which case it was.
+# arm64 images on another architecture run under qemu (scripts/arm64-emulation.sh first).
 # Environment: GATES_OUT (default build/gates), SPECPAIR_GATE_SIZE (default full),
 #              GATES_NETWORK (none | host; default none), GATES_SELECT (a pytest -k expression
-#              narrowing the suite; default: every gate).
+#              narrowing the suite; default: every gate), GATES_DEVICE_ROOT (a stand-in root the
+#              GPU detection looks under, for tests; default /).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# This host's NVIDIA devices, space-separated ("" when none).
+host_gpus() {
+  local root=${GATES_DEVICE_ROOT:-} p found=()
+  for p in "$root"/dev/nvidia[0-9]* "$root"/proc/driver/nvidia; do
+    [ -e "$p" ] && found+=("${p#"$root"}")
+  done
+  echo "${found[*]}"
+}
+gpus=$(host_gpus)
+gpu_args=()
+[ -z "$gpus" ] || gpu_args=(--gpus all)
+if [ "${1:-}" = --detect ]; then
+  echo "SPECPAIR_HOST_GPUS=$gpus"
+  echo "DOCKER_GPU_ARGS=${gpu_args[*]}"
+  exit 0
+fi
 
 expect=""
 must=""
@@ -36,12 +60,16 @@ for image in "$@"; do
   name=${image//[:\/]/-}
   xml=$out/$name.xml
   rm -f "$xml"
+  arch=$(docker image inspect --format '{{.Architecture}}' "$image")
+  [ "$arch" != arm64 ] || scripts/arm64-emulation.sh >/dev/null
   echo ">> gates in $image ($(docker image inspect --format '{{.Id}}' "$image" | cut -c1-19)," \
-       "network $network, size $size) -> $xml"
+       "linux/$arch, network $network, size $size," \
+       "GPUs: ${gpus:+host has $gpus: --gpus all}${gpus:-none on this host}) -> $xml"
   start=$(date +%s)
   rc=0
-  docker run --rm --network "$network" --user 0 \
-    -e SPECPAIR_GATE_SIZE="$size" -v "$(realpath "$out"):/gates-out" "$image" \
+  docker run --rm --network "$network" --user 0 "${gpu_args[@]}" \
+    -e SPECPAIR_GATE_SIZE="$size" -e SPECPAIR_HOST_GPUS="$gpus" \
+    -v "$(realpath "$out"):/gates-out" "$image" \
     pytest -m gate tests/gates -p no:cacheprovider -q -rs --junitxml="/gates-out/$name.xml" \
     ${GATES_SELECT:+-k "$GATES_SELECT"} || rc=$?
   echo ">> $image: pytest exit $rc in $(( $(date +%s) - start ))s"
@@ -50,7 +78,7 @@ for image in "$@"; do
     status=1
     continue
   fi
-  args=("$xml" --exit-code "$rc")
+  args=("$xml" --exit-code "$rc" --host-gpus "$gpus")
   [ -n "$expect" ] && args+=(--expect-fail "$expect")
   [ -n "$must" ] && args+=(--must-fail "$must")
   python3 scripts/image_gates_report.py "${args[@]}" || status=1

@@ -35,11 +35,14 @@ fail=0
 store=$(realpath "$dir")/store
 scripts/docker-up.sh >/dev/null
 roles=("$@")
+# TAG: the one tag scheme (scripts/image-tag.sh), as `make image` gives it.
+declare -A tags
+for role in "$@"; do tags[$role]=$(scripts/image-tag.sh "$role" "$profile"); done
 # On every exit: the store goes, and so do the TAG-unverified names (TAG itself, once moved, stays).
 cleanup() {
   rm -rf "$store" "$store.run"
   for role in "${roles[@]}"; do
-    docker rmi "specpair-$role:$profile-unverified" >/dev/null 2>&1 || true
+    docker rmi "${tags[$role]}-unverified" >/dev/null 2>&1 || true
   done
 }
 trap cleanup EXIT
@@ -51,13 +54,13 @@ for role in "$@"; do
     # The second build reuses the first one's context snapshot and revision: same inputs, even
     # when the working tree moves meanwhile (a shared checkout).
     BUILDAH_ROOT=$store PUSH=0 IID_FILE="$dir/$role-$n.iid" \
-      REUSE_CTX=$(( n - 1 )) scripts/image-build.sh "$role" "$profile" "specpair-$role:$profile"
+      REUSE_CTX=$(( n - 1 )) scripts/image-build.sh "$role" "$profile" "${tags[$role]}"
     echo "$(( $(date +%s) - s ))" > "$dir/$role-$n.seconds"
     buildah --root "$store" --runroot "$store.run" --storage-driver vfs images --digests \
-      --format '{{.Digest}}' "localhost/specpair-$role:$profile" > "$dir/$role-$n.digest"
+      --format '{{.Digest}}' "localhost/${tags[$role]}" > "$dir/$role-$n.digest"
     if [ $n = 1 ]; then
       buildah --root "$store" --runroot "$store.run" --storage-driver vfs push --quiet \
-        "localhost/specpair-$role:$profile" "docker-daemon:specpair-$role:$profile-unverified"
+        "localhost/${tags[$role]}" "docker-daemon:${tags[$role]}-unverified"
     fi
   done
   rm -rf "$store" "$store.run"
@@ -80,13 +83,13 @@ if [ $fail = 1 ]; then
   exit 1
 fi
 for role in "$@"; do
-  tmp="specpair-$role:$profile-unverified"
+  tmp="${tags[$role]}-unverified"
   loaded=$(docker image inspect --format '{{.Id}}' "$tmp")
   iid=$(cat "$dir/$role-1.iid")
   if [ "${loaded#sha256:}" != "${iid#sha256:}" ]; then
     echo "error: docker loaded $tmp as $loaded, buildah built $iid" >&2
     exit 1
   fi
-  docker tag "$tmp" "specpair-$role:$profile"
-  echo ">> loaded specpair-$role:$profile = $loaded"
+  docker tag "$tmp" "${tags[$role]}"
+  echo ">> loaded ${tags[$role]} = $loaded"
 done

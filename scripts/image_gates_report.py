@@ -6,6 +6,9 @@ Usage: scripts/image_gates_report.py XML --exit-code RC [--expect-fail REGEX [--
   --expect-fail REGEX: the power check of a gate (an image built WITHOUT a fix): exit 0 only if
   at least one test failed and every failed/errored test id matches REGEX; each --must-fail
   REGEX must also match at least one failed test (the gate that has to catch the bug).
+  --host-gpus "DEVICES": the NVIDIA devices the runner found on the host (scripts/image-gates.sh);
+  the report names the case, and where there are any, a skipped NVML gate is a failure (a gate
+  that cannot see its hardware on the hardware must not pass).
 """
 
 from __future__ import annotations
@@ -45,11 +48,22 @@ def read_cases(path: str) -> list[Case]:
     return cases
 
 
+def gpu_case(host_gpus: str) -> str:
+    """One line naming the GPU case of the run."""
+    if host_gpus.strip():
+        return (f"host NVIDIA devices: {host_gpus.strip()} (gates ran with --gpus all; "
+                "an NVML gate that finds no GPU fails)")
+    return "host NVIDIA devices: none (no /dev/nvidia<N>, no /proc/driver/nvidia): NVML gates skip"
+
+
 def verdict(cases: list[Case], exit_code: int, expect_fail: str | None,
-            must_fail: tuple[str, ...] = ()) -> tuple[bool, str]:
+            must_fail: tuple[str, ...] = (), host_gpus: str = "") -> tuple[bool, str]:
     """(ok, reason) for a gate run."""
     failed = [c for c in cases if c.outcome in ("failed", "error")]
     ran = [c for c in cases if c.outcome != "skipped"]
+    blind = [c.id for c in cases if c.outcome == "skipped" and "nvml" in c.id.lower()]
+    if host_gpus.strip() and blind:
+        return False, f"NVML gate(s) skipped on a host with NVIDIA devices: {blind}"
     if expect_fail is None:
         if not ran:
             return False, "no gate ran (all skipped or none collected)"
@@ -75,16 +89,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="power check: pass only if the failures all match REGEX")
     parser.add_argument("--must-fail", metavar="REGEX", action="append", default=[],
                         help="with --expect-fail: some failed test must match REGEX (repeatable)")
+    parser.add_argument("--host-gpus", metavar="DEVICES", default="",
+                        help="NVIDIA devices found on the host, space-separated ('' = none)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     cases = read_cases(args.xml)
     if args.must_fail and args.expect_fail is None:
         parser.error("--must-fail needs --expect-fail")
-    ok, reason = verdict(cases, args.exit_code, args.expect_fail, tuple(args.must_fail))
+    ok, reason = verdict(cases, args.exit_code, args.expect_fail, tuple(args.must_fail),
+                         args.host_gpus)
     if args.json:
-        print(json.dumps({"ok": ok, "reason": reason, "cases": [asdict(c) for c in cases]},
-                         indent=2))
+        print(json.dumps({"ok": ok, "reason": reason, "gpus": gpu_case(args.host_gpus),
+                          "cases": [asdict(c) for c in cases]}, indent=2))
     else:
+        print(f"   {gpu_case(args.host_gpus)}")
         for c in cases:
             tail = f"  ({c.message})" if c.message else ""
             print(f"   {c.outcome:7s} {c.seconds:7.1f}s  {c.id}{tail}")

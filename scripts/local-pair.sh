@@ -18,6 +18,9 @@ export SPECPAIR_TARGET_PORT=${SPECPAIR_TARGET_PORT:-8360}
 export SPECPAIR_DRAFTER_PORT=${SPECPAIR_DRAFTER_PORT:-7360}
 export SPECPAIR_METRICS_PORT=${SPECPAIR_METRICS_PORT:-9360}
 export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
+# compose/local-cpu.yml names the images by the one tag scheme (scripts/image-tag.sh).
+SPECPAIR_VERSION=$(scripts/image-tag.sh --version)
+export SPECPAIR_VERSION
 compose() { docker-compose --project-name "$project" --file "$compose_file" "$@"; }
 
 case "$cmd" in
@@ -35,8 +38,9 @@ esac
 
 scripts/image-tools.sh
 for role in drafter target; do
-  if ! docker image inspect "specpair-$role:cpu" >/dev/null 2>&1; then
-    echo ">> specpair-$role:cpu missing: building it"
+  tag=$(scripts/image-tag.sh "$role" cpu)
+  if ! docker image inspect "$tag" >/dev/null 2>&1; then
+    echo ">> $tag missing: building it"
     scripts/image-build.sh "$role" cpu
   fi
 done

@@ -29,7 +29,16 @@ import pytest
 from specpair.deploy.release import Release, write_release
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGET, DRAFTER, NOFIX = "specpair-target:cpu", "specpair-drafter:cpu", "specpair-target:cpu-nofix"
+
+
+def _tag(*args: str) -> str:
+    """The one tag scheme, as `make image` and `make gates-nofix` tag (scripts/image-tag.sh)."""
+    return subprocess.run([str(ROOT / "scripts" / "image-tag.sh"), *args], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+TARGET, DRAFTER = _tag("target", "cpu"), _tag("drafter", "cpu")
+NOFIX = _tag("target", "cpu", "nofix")
 HOSTS = ("local-sparkhead", "local-sparkworker", "local-x86host")
 CONTAINERS = {"local-sparkhead": "specpair-local-target", "local-x86host": "specpair-local-drafter"}
 API = "http://127.0.0.1:18400"  # inventories/local: specpair_target_port

@@ -76,6 +76,35 @@ def test_write_then_load_round_trips(tmp_path):
     assert f"config_hash: {r.config_hash}" in path.read_text()
 
 
+def test_the_tags_the_ids_came_from_are_recorded_in_the_header(tmp_path):
+    r = Release("b", {"target": "gb10", "drafter": "rtx3090"}, {"target": ID_A, "drafter": ID_A},
+                {"depth": 2, "drafter_mode": "sampled"})
+    path = write_release(r, tmp_path, sources={"target": "specpair-target:gb10-0.1.0",
+                                               "drafter": "specpair-drafter:rtx3090-0.1.0"})
+    text = path.read_text()
+    assert f"# target: specpair-target:gb10-0.1.0 = {ID_A}\n" in text
+    assert f"# drafter: specpair-drafter:rtx3090-0.1.0 = {ID_A}\n" in text
+    assert load_release(path) == r
+
+
+def test_release_new_defaults_to_the_tags_make_image_gives(tmp_path):
+    fake = tmp_path / "docker"  # an engine without the image: the error names the ref it tried
+    fake.write_text("#!/bin/sh\necho 'Error: No such image' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parents[2] / "src"),
+                                                    os.environ.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-m", "specpair", "release", "new", "x",
+                          "--target-profile", "gb10", "--drafter-profile", "rtx3090",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=120, check=False)
+    assert out.returncode == 4
+    version = subprocess.run([str(Path(__file__).parents[2] / "scripts" / "image-tag.sh"),
+                              "--version"], capture_output=True, text=True).stdout.strip()
+    assert f"image 'specpair-target:gb10-{version}' is not in the local Docker engine" \
+        in out.stderr, out.stderr
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specpair", *args], capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, timeout=300, check=False)

@@ -1,8 +1,12 @@
 """NVML gate: this host's GPUs are healthy under the shipped policy and have the CUDA
 capability its role expects.
 
-Runs inside every image (`make gates`) and in `make test`. It skips, naming the reason, only
-where no NVML/GPU is present (the CPU profile); anywhere NVML works it must pass.
+Runs inside every image (`make gates`) and in `make test`. Anywhere NVML works it must pass.
+Where NVML finds no GPU it FAILS if the host has NVIDIA devices (a gate that cannot see its
+hardware on the hardware must not pass): SPECPAIR_HOST_GPUS names what the gate runner found on
+the host (scripts/image-gates.sh, the Ansible gates role), and this process looks for itself
+too (/dev/nvidia<N>, /proc/driver/nvidia under SPECPAIR_DEVICE_ROOT, default /). It skips,
+naming the reason, only where there is no NVIDIA device at all (the CPU profile).
 SPECPAIR_ROLE picks the host role (sparkhead, sparkworker, x86host); without it the profile
 is inferred from the GPU name. The Xid watch is 1 s at quick size, 10 s at full size.
 """
@@ -10,6 +14,7 @@ is inferred from the GPU name. The Xid watch is 1 s at quick size, 10 s at full 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +27,27 @@ WATCH_S = 10.0 if os.environ.get("SPECPAIR_GATE_SIZE") == "full" else 1.0
 ROLE = os.environ.get("SPECPAIR_ROLE") or None
 
 
+def nvidia_devices() -> list[str]:
+    """NVIDIA device evidence: the gate runner's view of the host plus this process's own."""
+    root = Path(os.environ.get("SPECPAIR_DEVICE_ROOT", "/"))
+    own = sorted(root.glob("dev/nvidia[0-9]*")) + [p for p in [root / "proc/driver/nvidia"]
+                                                      if p.exists()]
+    host = os.environ.get("SPECPAIR_HOST_GPUS", "").split()
+    return sorted(set(host) | {"/" + str(p.relative_to(root)) for p in own})
+
+
 @pytest.fixture(scope="module")
 def live_report():
     try:
         source = LiveNvml()
     except CannotProbe as e:
-        pytest.skip(f"no NVIDIA GPU/NVML here: {e}")
+        devices = nvidia_devices()
+        if devices:
+            pytest.fail(f"NVML found no GPU but the host has NVIDIA devices "
+                        f"({', '.join(devices)}): the gate container was not given the GPUs "
+                        f"(docker run --gpus all) or the driver is broken: {e}", pytrace=False)
+        pytest.skip(f"no NVIDIA device on this host (no /dev/nvidia<N>, no /proc/driver/nvidia):"
+                    f" nothing for NVML to check ({e})")
     try:
         yield probe(source, "gate", WATCH_S)
     finally:
@@ -51,8 +71,10 @@ def test_cuda_capability_matches_the_role(live_report):
                                      f"expects sm_{want[0]}{want[1]}"
     import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA in this environment: NVML capability checked only")
+    if torch.version.cuda is None:
+        pytest.skip("this image's torch is a CPU build: NVML capability checked only")
+    assert torch.cuda.is_available(), \
+        f"NVML sees {len(got)} GPU(s) but CUDA torch {torch.__version__} cannot use them"
     for i in range(torch.cuda.device_count()):
         assert torch.cuda.get_device_capability(i) == want
     arches = torch.cuda.get_arch_list()

@@ -25,6 +25,7 @@ from specpair.deploy.release import (
     PROFILES,
     Release,
     check_release_config,
+    image_tag,
     is_release_name,
     load_release,
     resolve_image,
@@ -95,8 +96,10 @@ def _add_release_parser(sub: Any) -> None:
                           description="Resolve the target and drafter images in the local Docker "
                           "engine to their image IDs and write a release file.")
     new.add_argument("name", help="release name ([a-z0-9._-])")
-    new.add_argument("--target", required=True, metavar="IMAGE", help="target image (tag or ID)")
-    new.add_argument("--drafter", required=True, metavar="IMAGE", help="drafter image (tag or ID)")
+    new.add_argument("--target", metavar="IMAGE", help="target image (tag or ID; default the "
+                     "tag `make image` gives it: specpair-target:PROFILE-VERSION)")
+    new.add_argument("--drafter", metavar="IMAGE", help="drafter image (tag or ID; default "
+                     "specpair-drafter:PROFILE-VERSION)")
     new.add_argument("--target-profile", default="cpu", choices=PROFILES)
     new.add_argument("--drafter-profile", default="cpu", choices=PROFILES)
     new.add_argument("--depth", type=int, default=4, help=f"K, 1..{MAX_DEPTH} (default 4)")
@@ -237,11 +240,16 @@ def _run_release_new(args: argparse.Namespace) -> int:
                   **_key_values(args.set, "--set")}
         profiles = {"target": args.target_profile, "drafter": args.drafter_profile}
         check_release_config(args.name, profiles, config)  # before Docker is asked
+        refs = {"target": args.target, "drafter": args.drafter}
+        for role, ref in refs.items():
+            if ref is None:  # the one tag scheme (scripts/image-tag.sh)
+                from specpair.deploy.runner import repo_root
+
+                refs[role] = image_tag(role, profiles[role], repo_root())
         release = Release(name=args.name, profiles=profiles,
-                          images={"target": resolve_image(args.target),
-                                  "drafter": resolve_image(args.drafter)},
+                          images={role: resolve_image(ref) for role, ref in refs.items()},
                           config=config)
-        path = write_release(release, args.dir)
+        path = write_release(release, args.dir, sources=refs)
     except DeployError as e:
         print(f"specpair release new: {one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -38,8 +38,8 @@ from specpair.errors import CannotRun
 from specpair.yamlio import YamlRefused, excerpt, load_yaml
 
 __all__ = ["Release", "is_release_name", "config_hash", "check_release_config", "parse_release",
-           "load_release", "write_release", "resolve_image", "PROFILES", "DRAFTER_MODES",
-           "MAX_DEPTH"]
+           "load_release", "write_release", "resolve_image", "image_tag", "PROFILES",
+           "DRAFTER_MODES", "MAX_DEPTH"]
 
 PROFILES = ("cpu", "gb10", "rtx3090")
 DRAFTER_MODES = ("sampled", "greedy")
@@ -160,16 +160,32 @@ def load_release(path: str | Path) -> Release:
     return release
 
 
-def write_release(release: Release, directory: str | Path) -> Path:
-    """Write releases/<name>.yml (checked first); returns its path."""
+def write_release(release: Release, directory: str | Path,
+                  sources: dict[str, str] | None = None) -> Path:
+    """Write releases/<name>.yml (checked first); returns its path.
+
+    ``sources`` (role -> the tag an image was resolved from) is recorded as a comment.
+    """
     _check(release.to_dict(), f"release {release.name!r}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{release.name}.yml"
     header = (f"# specpair release {release.name} (specpair.deploy.release documents the format)\n"
               f"# config_hash: {release.config_hash}\n")
+    for role, ref in sorted((sources or {}).items()):
+        header += f"# {role}: {ref} = {release.images[role]}\n"
     path.write_text(header + yaml.safe_dump(release.to_dict(), sort_keys=False))
     return path
+
+
+def image_tag(role: str, profile: str, root: Path) -> str:
+    """The tag `make image` gives the ROLE image of PROFILE: scripts/image-tag.sh, the one tag
+    scheme (specpair-ROLE:PROFILE-VERSION, VERSION from pyproject.toml)."""
+    out = subprocess.run([str(root / "scripts" / "image-tag.sh"), role, profile],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise ReleaseError(out.stderr.strip() or f"scripts/image-tag.sh {role} {profile} failed")
+    return out.stdout.strip()
 
 
 def resolve_image(ref: str, docker: str = "docker") -> str:
