@@ -40,12 +40,18 @@ def test_a_valid_release_loads_with_its_config_hash(tmp_path):
 
 
 def test_config_hash_is_the_playbooks_formula():
-    """roles/specpair_release computes to_json(sort_keys, compact) | hash('sha256')."""
-    from ansible.plugins.filter.core import get_hash, to_json
+    """roles/specpair_release computes to_json(sort_keys, compact) | hash('sha256').
 
+    Ansible's filters run in a child: importing Ansible patches interpreter globals
+    (sys.intern) that break a later torch import in this test process."""
     config = {"drafter_mode": "greedy", "depth": 7, "extra": {"z": [1, 2], "a": "é"}}
-    text = to_json(config, sort_keys=True, separators=[",", ":"])
-    assert get_hash(text, "sha256") == config_hash(config)
+    child = ("import json, sys\n"
+             "from ansible.plugins.filter.core import get_hash, to_json\n"
+             "text = to_json(json.loads(sys.stdin.read()), sort_keys=True, separators=[',', ':'])\n"
+             "print(get_hash(text, 'sha256'))\n")
+    run = subprocess.run([sys.executable, "-c", child], input=json.dumps(config),
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == config_hash(config)
 
 
 @pytest.mark.parametrize(("over", "field"), [

@@ -12,6 +12,8 @@ read (roles/specpair_release/tasks/read.yml), which fails as cleanly.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,32 @@ def check_record(path: Path) -> None:
 
 def local_record_paths(inventory: Path, root: Path, extravars: dict[str, Any]
                        ) -> list[tuple[str, Path]]:
-    """(host, release.json path) of every pair host this machine reaches locally."""
+    """(host, release.json path) of every pair host this machine reaches locally.
+
+    Ansible's inventory API runs in a child process: importing Ansible patches interpreter
+    globals (``sys.intern``) that break a later torch import in the same process."""
+    args = json.dumps({"inventory": str(inventory), "root": str(root), "extravars": extravars})
+    run = subprocess.run([sys.executable, "-c", _CHILD], input=args, capture_output=True,
+                         text=True, timeout=120, check=False)
+    if run.returncode != 0:
+        lines = (run.stderr.strip() or f"exit {run.returncode}").splitlines()
+        raise DeployError(f"cannot read the inventory {inventory}: {excerpt(lines[-1])}")
+    return [(host, Path(path)) for host, path in json.loads(run.stdout)]
+
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+from specpair.deploy.records import _paths_here
+a = json.loads(sys.stdin.read())
+print(json.dumps([(h, str(p)) for h, p in _paths_here(Path(a["inventory"]), Path(a["root"]),
+                                                      a["extravars"])]))
+"""
+
+
+def _paths_here(inventory: Path, root: Path, extravars: dict[str, Any]
+                ) -> list[tuple[str, Path]]:
+    """``local_record_paths`` in this process (the child's side)."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
