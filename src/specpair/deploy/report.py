@@ -82,7 +82,7 @@ def print_summary(action: str, r: RunResult) -> None:
                     gates += f", FAILED {', '.join(g['failed'])}"
             health = f" health {e['health']}" if "health" in e else ""
             print(f"  {host:20s}{health}{gates}")
-    failures = (s or {}).get("failures") or r.failures
+    failures = r.failures or (s or {}).get("failures") or []  # every failed task, in order
     for f in failures:
         print(f"  failure: {f}")
     print(f"  artifacts: {r.run_dir}")
