@@ -187,6 +187,11 @@ def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
         result = run_playbook(playbook, inventory, extravars, check=getattr(args, "check", False),
                               tags=getattr(args, "tags", None), action=action,
                               out=None if args.json else sys.stderr)
+        import dataclasses
+
+        from specpair.deploy.report import health_summary
+
+        result = dataclasses.replace(result, summary=health_summary(result.run_dir))
         return _report(args, action, inventory, result)
     from specpair.deploy.lock import Locked, holder_record, holding, lock_dir
 
