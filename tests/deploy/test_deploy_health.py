@@ -6,7 +6,6 @@ cannot probe, which this inventory skips)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from specpair.cli import main
 from specpair.deploy import runner

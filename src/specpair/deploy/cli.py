@@ -2,7 +2,9 @@
 
 The first four run playbooks/{deploy,rollback,restore-pair,gates}.yml through ansible-runner
 against an inventory (inventories/local or inventories/prod, or a path), print progress and a
-final summary (or one JSON object with --json), and exit 0 only when the play succeeded.
+final summary (or one JSON object with --json), and exit 0 only when the play succeeded and its
+summary says the pair is consistent (restore: restored). Each holds the deploy lock
+(specpair.deploy.lock) for its Ansible run; SIGINT/SIGTERM/SIGHUP end that run (exit 130).
 Production inventories need typed confirmation: --confirm NAME, or typing NAME at the prompt.
 `specpair health --inventory INV` (the health group) calls `run_health_inventory` here.
 """
@@ -75,9 +77,10 @@ def add_inventory_argument(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any) -> None:
     for command, (playbook, text) in _ACTIONS.items():
         p = sub.add_parser(command, help=text, description=text[0].upper() + text[1:] + ".",
-                           epilog=f"runs playbooks/{playbook}; exit 0 ok, 1 failed, 4 bad input "
-                           "(inventory, release, release records, arguments: refused before "
-                           "Ansible starts)")
+                           epilog=f"runs playbooks/{playbook}; exit 0 ok (the pair "
+                           "consistent), 1 failed, 4 bad input (inventory, release, release "
+                           "records, arguments: refused before Ansible starts), 6 another run "
+                           "holds the deploy lock, 130 stopped by a signal (releases/README.md)")
         _common(p)
         if command == "deploy":
             p.add_argument("--release", "-r", required=True, metavar="NAME|FILE",
@@ -241,7 +244,9 @@ def _pair_failures(action: str, result: Any) -> list[str]:
                    f"release healthy: {', '.join(bad) or 'none'}; recorded "
                    f"{s.get('recorded_release')})")
     if action == "restore" and not s.get("pair_restored"):
-        out.append("pair_restored is false")
+        why = ("no real completion was served through the pair" if s.get("completion") is None
+               else "the pair is not whole" if not s.get("pair_consistent") else "a step failed")
+        out.append(f"pair_restored is false: {why}")
     return out
 
 
