@@ -162,28 +162,30 @@ def _run(ansible_runner: Any, stopped: list[str], **kwargs: Any) -> Any:
                               **kwargs)
 
 
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
+def _procs() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, pgid, state) of every process, from /proc."""
+    out = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            out.append((int(proc.name), int(fields[1]), int(fields[2]), fields[0]))
+        except (OSError, IndexError, ValueError):
             continue
-        out.setdefault(int(fields[1]), []).append(int(proc.name))
+    return out
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, ppid, _g, _s in _procs():
+        out.setdefault(ppid, []).append(pid)
     return out
 
 
 def _groups_alive(groups: set[int]) -> set[int]:
-    alive = set()
-    for g in groups:
-        try:
-            os.killpg(g, 0)
-            alive.add(g)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return alive
+    """The groups with a live member (a zombie waiting for its parent does not count)."""
+    return {g for _p, _pp, g, state in _procs() if g in groups and state not in "ZX"}
 
 
 def end_tree(pid: int, grace_s: float = 3.0) -> None:
