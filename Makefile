@@ -154,7 +154,7 @@ gates-local: venv ## Run the gates at full size in the local venv (no image).
 
 .PHONY: deploy-test
 deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker engine (needs the cpu images).
-	SPECPAIR_DEPLOY_TESTS=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
+	SPECPAIR_DEPLOY_TESTS=1 SPECPAIR_DEPLOY_REQUIRE_IMAGES=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
 
 .PHONY: deploy-lint
 deploy-lint: venv ## ansible-lint, production profile, over playbooks, roles and inventories.

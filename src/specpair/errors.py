@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_WARN", "EXIT_CANNOT_RUN", "EXIT_BAD_INPUT",
-    "EXIT_INTERRUPTED", "SpecpairError", "BadInput", "CannotRun", "InvalidProposal",
+    "EXIT_BUSY", "EXIT_INTERRUPTED", "SpecpairError", "BadInput", "CannotRun", "InvalidProposal",
     "MissingDraftLaw", "IllegalPointMass", "BadSamplingParams",
 ]
 
@@ -18,7 +18,8 @@ EXIT_FAILED = 1  # a check ran and failed (health fail, gate fail, NOT QUALIFIED
 EXIT_WARN = 2  # neither pass nor fail: health warn, a gate whose must-fail control passed
 EXIT_CANNOT_RUN = 3  # this host lacks what the command needs (no NVML, no Docker engine)
 EXIT_BAD_INPUT = 4  # bad arguments or input files (usage errors included), refused up front
-EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_BUSY = 6  # another run holds the deploy lock (deploy/rollback/restore/gates)
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C), or SIGTERM to a deploy/rollback/restore/gates run
 
 
 class SpecpairError(Exception):

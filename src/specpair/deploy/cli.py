@@ -2,7 +2,9 @@
 
 The first four run playbooks/{deploy,rollback,restore-pair,gates}.yml through ansible-runner
 against an inventory (inventories/local or inventories/prod, or a path), print progress and a
-final summary (or one JSON object with --json), and exit 0 only when the play succeeded.
+final summary (or one JSON object with --json), and exit 0 only when the play succeeded and its
+summary says the pair is consistent (restore: restored). Each holds the deploy lock
+(specpair.deploy.lock) for its Ansible run; SIGINT/SIGTERM/SIGHUP end that run (exit 130).
 Production inventories need typed confirmation: --confirm NAME, or typing NAME at the prompt.
 `specpair health --inventory INV` (the health group) calls `run_health_inventory` here.
 """
@@ -31,7 +33,7 @@ from specpair.deploy.release import (
     resolve_image,
     write_release,
 )
-from specpair.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from specpair.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from specpair.yamlio import YamlRefused, excerpt, load_yaml, loads_yaml
 
 __all__ = ["add_parser", "add_inventory_argument", "run_health_inventory"]
@@ -76,9 +78,10 @@ def add_inventory_argument(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any) -> None:
     for command, (playbook, text) in _ACTIONS.items():
         p = sub.add_parser(command, help=text, description=text[0].upper() + text[1:] + ".",
-                           epilog=f"runs playbooks/{playbook}; exit 0 ok, 1 failed, 4 bad input "
-                           "(inventory, release, release records, arguments: refused before "
-                           "Ansible starts)")
+                           epilog=f"runs playbooks/{playbook}; exit 0 ok (the pair "
+                           "consistent), 1 failed, 4 bad input (inventory, release, release "
+                           "records, arguments: refused before Ansible starts), 6 another run "
+                           "holds the deploy lock, 130 stopped by a signal (releases/README.md)")
         _common(p)
         if command == "deploy":
             p.add_argument("--release", "-r", required=True, metavar="NAME|FILE",
@@ -186,16 +189,109 @@ def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
     except (DeployError, OSError) as e:
         print(f"specpair {action}: {one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    result = run_playbook(playbook, inventory, extravars, check=getattr(args, "check", False),
-                          tags=getattr(args, "tags", None), action=action,
-                          out=None if args.json else sys.stderr)
+    if action == "health":
+        result = run_playbook(playbook, inventory, extravars, check=getattr(args, "check", False),
+                              tags=getattr(args, "tags", None), action=action,
+                              out=None if args.json else sys.stderr)
+        import dataclasses
+
+        from specpair.deploy.report import health_summary
+
+        result = dataclasses.replace(result, summary=health_summary(result.run_dir))
+        return _report(args, action, inventory, result)
+    from specpair.deploy.lock import Locked, holder_record, holding, lock_dir
+
+    names, inv_name = _lock_names(inventory, root, extravars)
+    release = extravars.get("release") or (Path(extravars["release_file"]).stem
+                                            if "release_file" in extravars else None)
+    try:
+        with holding(lock_dir(root), names, holder_record(action, inv_name, release),
+                     say=lambda t: print(f"specpair {action}: {t}", file=sys.stderr)):
+            result = run_playbook(playbook, inventory, extravars,
+                                  check=getattr(args, "check", False),
+                                  tags=getattr(args, "tags", None), action=action,
+                                  out=None if args.json else sys.stderr)
+    except Locked as e:
+        print(f"specpair {action}: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:  # the lock directory cannot be written
+        print(f"specpair {action}: cannot take the deploy lock: {one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return _report(args, action, inventory, result)
+
+
+def _lock_names(inventory: Path, root: Path, extravars: dict[str, Any]) -> tuple[list[str], str]:
+    """The deploy locks a run on `inventory` takes (specpair.deploy.lock), and its name."""
+    import socket
+
+    from specpair.deploy.records import local_record_paths
+
+    directory = inventory if inventory.is_dir() else inventory.parent
+    data = _inventory_files(inventory).get(directory / "group_vars" / "all.yml", {})
+    name = str(data.get("specpair_inventory_name") or inventory)
+    names = [f"inventory-{name}"]
+    if local_record_paths(inventory, root, extravars):  # some pair host is this machine
+        names.append(f"host-{socket.gethostname()}")
+    return names, name
+
+
+def _pair_failures(action: str, result: Any) -> list[str]:
+    """Why a move whose play exited 0 still failed: the summary's pair not whole."""
+    s = result.summary
+    if action not in ("deploy", "rollback", "restore") or not s or s.get("check_mode"):
+        return []
+    out = []
+    if not s.get("pair_consistent"):
+        bad = sorted(h for h, e in (s.get("hosts") or {}).items() if not e.get("matches_record"))
+        out.append(f"pair consistent: NO after the play (hosts not running their recorded "
+                   f"release healthy: {', '.join(bad) or 'none'}; recorded "
+                   f"{s.get('recorded_release')})")
+    if action == "restore" and not s.get("pair_restored"):
+        why = ("no real completion was served through the pair" if s.get("completion") is None
+               else "the pair is not whole" if not s.get("pair_consistent") else "a step failed")
+        out.append(f"pair_restored is false: {why}")
+    return out
+
+
+def _next_step(action: str, result: Any, inventory: str) -> str | None:
+    """The command to run after a run that did not succeed."""
+    if result.rc == 0 and result.status != "canceled":
+        return None
+    s = result.summary or {}
+    restore = f"specpair restore -i {inventory}"
+    if result.status == "canceled":
+        return (f"the run was stopped before it finished, the pair may be split: {restore} "
+                "(puts the recorded release back on every host)")
+    if action == "gates":
+        return f"read the gate failures above; `specpair gates -i {inventory}` runs them again"
+    if s and not s.get("pair_consistent"):
+        return (f"{restore} (puts the recorded release back on every host); if the hosts' "
+                "records disagree it refuses: see releases/README.md, 'Recovery'")
+    if action == "restore":
+        return f"fix the failure above, then {restore} again"
+    return (f"the pair is whole on its recorded release; fix the failure above and run "
+            f"{action} again")
+
+
+def _report(args: argparse.Namespace, action: str, inventory: Path, result: Any) -> int:
+    extra = _pair_failures(action, result) if result.rc == 0 else []
+    if extra:
+        import dataclasses
+
+        result = dataclasses.replace(result, rc=1, status="failed",
+                                     failures=[*result.failures, *extra])
+    step = _next_step(action, result, str(args.inventory))
     if args.json:
-        print(json.dumps({"action": action, "inventory": str(inventory), **result.to_json()},
-                         indent=1))
+        print(json.dumps({"action": action, "inventory": str(inventory), **result.to_json(),
+                          "next_step": step}, indent=1))
     else:
         from specpair.deploy.report import print_summary
 
         print_summary(action, result)
+        if step:
+            print(f"  next step: {step}")
+    if result.status == "canceled":
+        return EXIT_INTERRUPTED
     return EXIT_OK if result.rc == 0 else EXIT_FAILED
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from specpair.deploy.runner import RunResult
 
-__all__ = ["print_summary", "junit_outcome", "host_reports"]
+__all__ = ["print_summary", "junit_outcome", "host_reports", "health_summary"]
 
 
 def junit_outcome(path: Path) -> dict[str, Any]:
@@ -40,6 +40,31 @@ def host_reports(run_dir: Path) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
+_ORDER = ("fail", "warn", "skip", "pass")  # the worst first
+
+
+def health_summary(run_dir: Path) -> dict[str, Any] | None:
+    """`specpair health --inventory INV --json`'s summary: per host its verdict (pass, warn,
+    skip: cannot probe and skipped by the inventory, fail), the probe's exit code, role,
+    findings and reason, from reports/health.json; the verdict of the pair is the worst."""
+    path = run_dir / "reports" / "health.json"
+    if not path.is_file():
+        return None
+    hosts: dict[str, Any] = {}
+    for host, saved in sorted(json.loads(path.read_text()).items()):
+        report = saved.get("report") if isinstance(saved.get("report"), dict) else {}
+        hosts[host] = {"verdict": saved.get("status"), "exit_code": int(saved.get("rc", -1)),
+                       "probe_status": report.get("status"), "role": report.get("role"),
+                       "profile": report.get("profile"),
+                       "findings": report.get("findings", []),
+                       "reason": report.get("reason") or (None if report else
+                                                          (saved.get("stderr") or "").strip()[-400:]
+                                                          or None)}
+    verdicts = [h["verdict"] for h in hosts.values()]
+    worst = next((v for v in _ORDER if v in verdicts), None)
+    return {"action": "health", "verdict": worst, "hosts": hosts}
+
+
 def _yes(v: Any) -> str:
     return "yes" if v else "NO"
 
@@ -53,7 +78,15 @@ def print_summary(action: str, r: RunResult) -> None:
         head += f" (release {release.get('name')})"
     print(f"{head}; {r.elapsed_s:.1f} s, changed={r.changed}, status {r.status}")
     reports = host_reports(r.run_dir)
-    if s:
+    if s and action == "health":
+        for host, h in s["hosts"].items():
+            why = f": {h['reason']}" if h.get("reason") else ""
+            print(f"  {host:20s} health {h['verdict']} (exit {h['exit_code']}, "
+                  f"{len(h['findings'])} findings){why[:200]}")
+            for f in h["findings"][:20]:
+                print(f"    {json.dumps(f)[:200]}")
+        print(f"  verdict: {s['verdict']}")
+    elif s:
         print(f"  {'host':20s} {'role':14s} {'recorded':10s} {'running':10s} {'matches':7s} "
               f"{'health':7s} gates")
         for host, h in sorted(s["hosts"].items()):
@@ -82,7 +115,7 @@ def print_summary(action: str, r: RunResult) -> None:
                     gates += f", FAILED {', '.join(g['failed'])}"
             health = f" health {e['health']}" if "health" in e else ""
             print(f"  {host:20s}{health}{gates}")
-    failures = (s or {}).get("failures") or r.failures
+    failures = r.failures or (s or {}).get("failures") or []  # every failed task, in order
     for f in failures:
         print(f"  failure: {f}")
     print(f"  artifacts: {r.run_dir}")

@@ -7,11 +7,14 @@ controller (summary.json, health.json, <host>/gates-junit.xml).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -116,20 +119,24 @@ def run_playbook(playbook: str, inventory: Path, extravars: dict[str, Any], *,
     progress = Progress(out)
     flags = (["--check"] if check else []) + ([f"--tags {tags}"] if tags else [])
     t0 = time.monotonic()
-    r = ansible_runner.run(
-        private_data_dir=str(run_dir), project_dir=str(root),
-        playbook=str(root / "playbooks" / playbook), inventory=str(inventory),
-        extravars=extravars, cmdline=" ".join(flags) or None, ident="runner", quiet=True,
-        envvars={"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                 # ansible-playbook from this interpreter's environment, activated or not
-                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-        event_handler=on_event or progress,
-    )
+    with _stop_on_signals(progress) as stopped:
+        r = _run(ansible_runner, stopped,
+            private_data_dir=str(run_dir), project_dir=str(root),
+            playbook=str(root / "playbooks" / playbook), inventory=str(inventory),
+            extravars=extravars, cmdline=" ".join(flags) or None, ident="runner", quiet=True,
+            envvars={"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                     # ansible-playbook from this interpreter's environment, activated or not
+                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                             f"{os.environ.get('PATH', '')}"},
+            event_handler=on_event or progress)
     elapsed = time.monotonic() - t0
     stats = _stats(r.stats or {})
     summary_path = run_dir / "reports" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     failures = progress.failures
+    if stopped:
+        failures = [*failures, f"stopped by {stopped[0]}: ansible-playbook was ended (its "
+                    "process group) before the play finished"]
     if r.rc != 0 and not failures:  # ansible-playbook never ran tasks: say why
         stdout = run_dir / "artifacts" / "runner" / "stdout"
         tail = stdout.read_text().strip().splitlines()[-3:] if stdout.is_file() else []
@@ -137,6 +144,97 @@ def run_playbook(playbook: str, inventory: Path, extravars: dict[str, Any], *,
     return RunResult(playbook=f"playbooks/{playbook}", status=str(r.status), rc=int(r.rc),
                      run_dir=run_dir, stats=stats, failures=failures,
                      summary=summary, elapsed_s=elapsed)
+
+
+def _run(ansible_runner: Any, stopped: list[str], **kwargs: Any) -> Any:
+    # ansible-runner runs ansible-playbook in its own session (pexpect); a True from
+    # cancel_callback makes it SIGKILL that process group and wait for it. It polls the callback
+    # at least every pexpect_timeout seconds. Ansible's workers run in sessions of their own
+    # (each task's module and commands with them), which that kill does not reach: end_tree
+    # ends them first.
+    def cancel() -> bool:
+        if stopped and len(stopped) == 1:
+            stopped.append("ended")
+            end_tree(os.getpid())
+        return bool(stopped)
+
+    return ansible_runner.run(cancel_callback=cancel, settings={"pexpect_timeout": 0.5},
+                              **kwargs)
+
+
+def _procs() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, pgid, state) of every process, from /proc."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            out.append((int(proc.name), int(fields[1]), int(fields[2]), fields[0]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, ppid, _g, _s in _procs():
+        out.setdefault(ppid, []).append(pid)
+    return out
+
+
+def _groups_alive(groups: set[int]) -> set[int]:
+    """The groups with a live member (a zombie waiting for its parent does not count)."""
+    return {g for _p, _pp, g, state in _procs() if g in groups and state not in "ZX"}
+
+
+def end_tree(pid: int, grace_s: float = 3.0) -> None:
+    """SIGTERM every process group under `pid` (not its own), SIGKILL what is left after
+    `grace_s`; returns once they are gone (or after the SIGKILL)."""
+    children = _children()
+    todo, tree = list(children.get(pid, [])), []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    own = os.getpgid(0)
+    groups = set()
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(p))
+    groups.discard(own)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for g in _groups_alive(groups):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(g, sig)
+        deadline = time.monotonic() + grace_s
+        while _groups_alive(groups) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _groups_alive(groups):
+            return
+
+
+@contextlib.contextmanager
+def _stop_on_signals(progress: Progress) -> Iterator[list[str]]:
+    """While Ansible runs, SIGINT, SIGTERM and SIGHUP stop it (run_playbook then returns a
+    canceled run) instead of killing this process and leaving ansible-playbook running."""
+    stopped: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def handler(number: int, _frame: Any) -> None:
+        if not stopped:
+            stopped.append(signal.Signals(number).name)
+            progress._say(f"{stopped[0]}: stopping ansible-playbook and waiting for it")
+
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.signal(s, handler) for s in wanted}
+    try:
+        yield stopped
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 def _stats(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
