@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Install what the image targets need, when missing (Debian/Ubuntu, root): docker.io, buildah,
-# mmdebstrap, docker-compose (v1: bookworm has no compose v2 plugin), then make sure a Docker
+# mmdebstrap, docker-compose (v1: bookworm has no compose v2 plugin), busybox-static (the deploy
+# tests' stand-in image, tests/deploy/test_deploy_standin.py), then make sure a Docker
 # engine runs (scripts/docker-up.sh: dockerd --bridge=none --iptables=false).
 # Usage: scripts/image-tools.sh        (idempotent; prints nothing to install when all present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in dockerd:docker.io buildah:buildah mmdebstrap:mmdebstrap docker-compose:docker-compose; do
+for pair in dockerd:docker.io buildah:buildah mmdebstrap:mmdebstrap docker-compose:docker-compose \
+    busybox:busybox-static; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
