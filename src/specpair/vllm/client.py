@@ -15,6 +15,10 @@ overlays/vllm/0.32.0/README.md):
 - ``SPECPAIR_DRAFT_FEATURES``: ``KIND:DTYPE:WIDTH`` of the target hidden states
   the drafter's HELLO asks for (e.g. ``LAST_HIDDEN:bfloat16:7168``; V2 only).
 
+vLLM's own ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory per start) carries the
+specpair metrics from the engine process to the API server's ``/metrics``
+(``specpair.vllm.metrics``, docs/operations.md).
+
 The wire client checks the drafter's HELLO against the target's vocabulary
 size and tokenizer fingerprint (of the target's tokenizer directory).
 """
