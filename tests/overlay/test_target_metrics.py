@@ -4,6 +4,8 @@ reads it)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -110,7 +112,9 @@ def test_accepted_drafts_per_position_come_from_the_next_steps_num_sampled():
               for k in (1, 2, 3)]
     assert drafts == [6, 6, 6]  # 3 steps x 2 requests, every position
     assert _v(reg, "specpair_accepted_drafts_total", position="1", mode="greedy") == 0
-    assert s.counters.accepted_by == {("sampled", 1): 3, ("sampled", 2): 2, ("sampled", 3): 1}
+    assert s.counters.accepted_by == {"sampled": [3, 2, 1]}
+    assert s.counters.draft_tokens_by == {"sampled": [6, 6, 6]}
+    json.dumps(dataclasses.asdict(s.counters))  # the e2e probe reports the counters as JSON
 
 
 def test_disconnected_interval_gauge_and_missing_by_reason():

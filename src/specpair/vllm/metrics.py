@@ -110,10 +110,11 @@ class TargetMetrics:
             self._add(self.items.labels("refused", "refused"), (sid, "refused"), c.refused)
             for reason, n in c.missing_by_reason.items():
                 self._add(self.items.labels("missing", reason), (sid, "missing", reason), n)
-            for (mode, k), n in c.draft_tokens_by.items():
-                self._add(self.draft_tokens.labels(str(k), mode), (sid, "drafts", mode, k), n)
-            for (mode, k), n in c.accepted_by.items():
-                self._add(self.accepted.labels(str(k), mode), (sid, "accepted", mode, k), n)
+            for what, counter, by in (("drafts", self.draft_tokens, c.draft_tokens_by),
+                                      ("accepted", self.accepted, c.accepted_by)):
+                for mode, counts in by.items():
+                    for k, n in enumerate(counts, 1):
+                        self._add(counter.labels(str(k), mode), (sid, what, mode, k), n)
 
     def dropped_at_verify(self) -> None:
         self.dropped.inc()

@@ -112,9 +112,18 @@ class Counters:
     resync: int = 0  # items answered RESYNC (resent whole next step)
     refused: int = 0  # items answered REFUSED (not asked again)
     errors: int = 0  # unexpected exceptions at the seam (bugs; logged with their traceback)
-    # (mode, position 1..K) -> draft tokens handed to vLLM at that position / accepted there
-    draft_tokens_by: dict[tuple[str, int], int] = field(default_factory=dict)
-    accepted_by: dict[tuple[str, int], int] = field(default_factory=dict)
+    # drafting mode -> per draft position 1..K (list index k - 1): draft tokens handed to
+    # vLLM at that position / those the verifier accepted there
+    draft_tokens_by: dict[str, list[int]] = field(default_factory=dict)
+    accepted_by: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _add_positions(by: dict[str, list[int]], mode: str, n: int) -> None:
+    """Count one more at positions 1..n of ``mode``."""
+    counts = by.setdefault(mode, [])
+    counts.extend([0] * (n - len(counts)))
+    for k in range(n):
+        counts[k] += 1
 
 
 @dataclass
@@ -231,9 +240,7 @@ class DraftSession:
             r.drafted, r.mode = ans.depth, draft_mode(ans)
             self.counters.drafted += 1
             self.counters.draft_tokens += ans.depth
-            by = self.counters.draft_tokens_by
-            for k in range(1, ans.depth + 1):
-                by[r.mode, k] = by.get((r.mode, k), 0) + 1
+            _add_positions(self.counters.draft_tokens_by, r.mode, ans.depth)
             out[i] = ans
         return out
 
@@ -242,9 +249,7 @@ class DraftSession:
         ``num_sampled - 1`` of them (at most those handed), at positions 1, 2, ..."""
         if not r.drafted or sr.num_sampled <= 0 or sr.length < r.sent:
             return  # nothing drafted, nothing verified yet, or preempted (never verified)
-        by = self.counters.accepted_by
-        for k in range(1, min(r.drafted, sr.num_sampled - 1) + 1):
-            by[r.mode, k] = by.get((r.mode, k), 0) + 1
+        _add_positions(self.counters.accepted_by, r.mode, min(r.drafted, sr.num_sampled - 1))
 
     # ---- internals ------------------------------------------------------------------------
 
