@@ -68,6 +68,7 @@ def pair(tmp_path_factory):
     state = {"root": root, "tiny": tiny, "key": key, "drafter": drafter, "server": server}
     try:
         print(f"target healthy after {server.wait_healthy(START_TIMEOUT_S):.0f}s")
+        state["at_start"] = _samples(server.metrics())
         yield state
     finally:
         server.stop()
@@ -129,12 +130,17 @@ def test_completions_chat_and_streaming_return_text(pair, client):
 
 
 def test_metrics_carry_the_specpair_series(pair):
-    m = _samples(pair["server"].metrics())
+    start = pair["at_start"]  # before any request: every series at 0, the drafter connected
     for outcome, reason in ITEM_LABELS:
-        assert _get(m, "specpair_items_total", outcome=outcome, reason=reason) is not None
+        assert _get(start, "specpair_items_total", outcome=outcome, reason=reason) == 0
     for k in range(1, K + 1):
         for mode in ("greedy", "sampled"):
-            assert _get(m, "specpair_draft_tokens_total", position=str(k), mode=mode) is not None
+            for name in ("specpair_draft_tokens_total", "specpair_accepted_drafts_total"):
+                assert _get(start, name, position=str(k), mode=mode) == 0
+    assert _get(start, "specpair_rounds_total") == 0
+    assert _get(start, "specpair_drafts_dropped_at_verify_total") == 0
+    assert _get(start, "specpair_drafter_connected") == 1
+    m = _samples(pair["server"].metrics())
     rounds = _get(m, "specpair_rounds_total")
     ok = _get(m, "specpair_items_total", outcome="ok", reason="none")
     accepted = _sum(m, "specpair_accepted_drafts_total")

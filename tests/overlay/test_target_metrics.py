@@ -178,3 +178,39 @@ def test_the_series_reach_another_processes_registry(tmp_path):
     assert _v(reg, "specpair_drafts_dropped_at_verify_total") == 1
     assert _v(reg, "specpair_round_seconds_count") == 2
     assert _v(reg, "specpair_drafter_connected") == 1
+
+
+def _proposer():
+    from types import SimpleNamespace
+
+    from specpair.vllm.v1 import RemoteProposer
+
+    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
+    return RemoteProposer(SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=K), model_config=model,
+        scheduler_config=SimpleNamespace(max_num_seqs=4)))
+
+
+def test_the_proposer_connects_at_engine_start_so_the_gauge_reads_the_truth(monkeypatch):
+    from prometheus_client import REGISTRY
+
+    import specpair.vllm.client as vclient
+
+    monkeypatch.setenv("SPECPAIR_DRAFTER", "127.0.0.1:9")
+    monkeypatch.setattr(vclient, "make_source", lambda *a: Flaky([]))
+    proposer = _proposer()
+    assert proposer.remote is not None and proposer.remote.connected
+    assert REGISTRY.get_sample_value("specpair_drafter_connected") == 1
+    assert REGISTRY.get_sample_value("specpair_items_total",
+                                     {"outcome": "missing", "reason": "late"}) is not None
+
+    monkeypatch.setattr(vclient, "make_source", lambda *a: Flaky([], down=(0,)))
+    assert not _proposer().remote.connected  # the drafter is not up yet
+    assert REGISTRY.get_sample_value("specpair_drafter_connected") == 0
+
+    def broken(*a):
+        raise ValueError("SPECPAIR_DRAFTER_KEY_FILE is not set")
+
+    monkeypatch.setattr(vclient, "make_source", broken)
+    proposer = _proposer()  # never raises at construction: the first step raises again
+    assert proposer.source is None and proposer.remote is None

@@ -66,6 +66,7 @@ class RemoteProposer(LazyRemote):
         # [rows, K, V] fp32 CPU: the q handed to V1's verifier, reused step after step
         self._probs: torch.Tensor | None = None
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        self.connect_early()
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise OverlayNotApplied(

@@ -140,6 +140,7 @@ class RemoteSpeculator(LazyRemote):
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        self.connect_early()
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
         """The speculator runs no model: nothing to capture."""
