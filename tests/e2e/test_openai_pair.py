@@ -161,9 +161,10 @@ def test_metrics_carry_the_specpair_series(pair):
 
 def test_drafter_killed_target_only_then_back_by_itself(pair, client):
     server, drafter = pair["server"], pair["drafter"]
+    before = pair.get("before_kill") or _samples(server.metrics())
     drafter.proc.kill()  # SIGKILL: no goodbye on the wire
     drafter.proc.wait(timeout=30)
-    before = pair["before_kill"]
+    drafter.stop()  # closes its log
     texts = _complete(client, seed=100)  # target-only now
     assert all(t.strip() for t in texts), texts
     down = _samples(server.metrics())
