@@ -15,22 +15,30 @@ overlays/vllm/0.32.0/README.md):
 - ``SPECPAIR_DRAFT_FEATURES``: ``KIND:DTYPE:WIDTH`` of the target hidden states
   the drafter's HELLO asks for (e.g. ``LAST_HIDDEN:bfloat16:7168``; V2 only).
 
+vLLM's own ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory per start) carries the
+specpair metrics from the engine process to the API server's ``/metrics``
+(``specpair.vllm.metrics``, docs/operations.md).
+
 The wire client checks the drafter's HELLO against the target's vocabulary
 size and tokenizer fingerprint (of the target's tokenizer directory).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import torch
 
+from specpair.vllm.metrics import TargetMetrics
 from specpair.wire.frames import FeatureKind, FeatureSpec
 from specpair.wire.session import DraftSession
 from specpair.wire.source import DraftSource
 
 __all__ = ["LazyRemote", "deadline_s", "drafter_seed", "make_source"]
+
+log = logging.getLogger(__name__)
 
 # Odd 64-bit constant (2^64 / golden ratio): multiplying by it mod 2^64 is a bijection
 # that spreads nearby seeds apart, so the key of a request's drafts (specpair.rng's
@@ -95,6 +103,7 @@ class LazyRemote:
 
     source: DraftSource | None = None  # the wire client (or the in-process engine)
     remote: DraftSession | None = None  # the session over ``source`` (vllm/probe.py reads it)
+    metrics: TargetMetrics  # the target's specpair series (set by the constructor)
 
     def session(self) -> DraftSession:
         if self.remote is None:
@@ -102,3 +111,21 @@ class LazyRemote:
                 self.source = make_source(self.vocab_size, self.tokenizer_dir)
             self.remote = DraftSession(self.source, self.vocab_size, deadline_s())
         return self.remote
+
+    def connect_early(self) -> None:
+        """At engine start (the constructor's end): build the session and connect once,
+        within the step deadline, so that specpair_drafter_connected reads 1 before the first
+        request when the drafter is up (an idle target would otherwise alert). A drafter not
+        up yet is reconnected at the first step. Skipped without SPECPAIR_DRAFTER or when a
+        source was set; never raises (a bad setting raises again at the first step)."""
+        if self.source is not None or not os.environ.get("SPECPAIR_DRAFTER"):
+            return
+        try:
+            session = self.session()
+            session.begin(())
+        except Exception as exc:
+            log.warning("specpair: no drafter session at engine start (%s); the first step "
+                        "tries again", exc)
+            self.source = self.remote = None
+            return
+        self.metrics.publish(session)

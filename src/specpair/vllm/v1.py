@@ -27,6 +27,7 @@ import torch
 from specpair import qlaw
 from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.errors import OverlayNotApplied
+from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
 from specpair.wire.session import StepRequest
 
@@ -64,6 +65,8 @@ class RemoteProposer(LazyRemote):
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
         # [rows, K, V] fp32 CPU: the q handed to V1's verifier, reused step after step
         self._probs: torch.Tensor | None = None
+        self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        self.connect_early()
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise OverlayNotApplied(
@@ -124,6 +127,7 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
         steps.append(StepRequest(req_id, n, tokens, len(sampled), depth,
                                  _params(proposer, req_id, sp, proposer.vocab_size)))
     drafts = session.step(steps)
+    proposer.metrics.publish(session)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
     probs = proposer.q_rows(len(req_ids))
     out: list[list[int]] = []
@@ -152,6 +156,7 @@ def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Ten
     start = int(sum(metadata.num_draft_tokens[:batch_index]))
     metadata.draft_token_ids[start : start + num_draft] = -1
     VERIFY_COUNTERS.dropped_at_verify += 1
+    target_metrics().dropped_at_verify()
     log.warning("specpair: no draft probabilities for request %s; its %d drafts are dropped "
                 "(target-only step), never verified as point mass", req_id, num_draft)
     return torch.zeros(num_draft, like.shape[-1], dtype=like.dtype, device=like.device)

@@ -41,6 +41,7 @@ from specpair import qlaw
 from specpair.qlaw import Drafts
 from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.errors import RemoteVerificationRefused
+from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
 from specpair.wire.session import StepRequest
 
@@ -138,6 +139,8 @@ class RemoteSpeculator(LazyRemote):
         # [max_num_reqs] int32: leading drafts of the request backed by q (0 = MISSING)
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
+        self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        self.connect_early()
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
         """The speculator runs no model: nothing to capture."""
@@ -190,6 +193,7 @@ class RemoteSpeculator(LazyRemote):
                 feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
             steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats))
         drafts = session.step(steps)
+        self.metrics.publish(session)
         tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
         # requests still in prefill (nothing sampled) are handled by vLLM itself
         valid = [(0 if d is None else d.depth) if s.num_sampled else self.depth

@@ -28,6 +28,12 @@ What the session does with each outcome (docs/wire.md 3.3):
 - preemption (a history shorter than the drafter's copy): start over as for Missing.
 - a request no longer live: released.
 
+Metrics: ``counters`` are cumulative and ``last_round_s`` is the latest round's time; the
+target's Prometheus export (``specpair.vllm.metrics``) reads both after every step.
+Acceptance comes from the verifier: a request's ``num_sampled`` at a step is 1 + the
+drafts the target accepted of those the session handed it the step before, so every
+step first counts, per draft position and drafting mode, the drafts accepted last step.
+
 Features: when the source declares context features, the session keeps every
 request's committed feature rows (vLLM keeps no old hidden states), so a whole
 resend carries real rows; positions the adapter never had rows for are zeros.
@@ -53,16 +59,27 @@ from typing import TypeVar
 
 import torch
 
+from specpair.proposal import QKind
 from specpair.qlaw import Drafts
 from specpair.wire.errors import WireError
 from specpair.wire.frames import DraftItem, FeatureSpec, ItemStatus, ProposeItem, RequestParams
 from specpair.wire.source import DraftSource, Missing, MissingReason
 
-__all__ = ["StepRequest", "Counters", "DraftSession"]
+__all__ = ["StepRequest", "Counters", "DraftSession", "draft_mode"]
 
 log = logging.getLogger("specpair.wire.session")
 
 T = TypeVar("T")
+
+# Answers after which the source holds no connection (docs/wire.md 3.3; wire/client.py drops
+# it on INVALID and PEER_ERROR): the connected state is False until a reconnect.
+_LINK_LOST = frozenset({"disconnected", "invalid", "peer_error"})
+
+
+def draft_mode(d: Drafts) -> str:
+    """The drafting mode of ``d`` as the metrics label it: "greedy" for point-mass q (only a
+    drafter that declared greedy drafts sends it), "sampled" for drafts drawn from q."""
+    return "greedy" if d.kind == QKind.POINT_MASS else "sampled"
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,18 @@ class Counters:
     resync: int = 0  # items answered RESYNC (resent whole next step)
     refused: int = 0  # items answered REFUSED (not asked again)
     errors: int = 0  # unexpected exceptions at the seam (bugs; logged with their traceback)
+    # drafting mode -> per draft position 1..K (list index k - 1): draft tokens handed to
+    # vLLM at that position / those the verifier accepted there
+    draft_tokens_by: dict[str, list[int]] = field(default_factory=dict)
+    accepted_by: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _add_positions(by: dict[str, list[int]], mode: str, n: int) -> None:
+    """Count one more at positions 1..n of ``mode``."""
+    counts = by.setdefault(mode, [])
+    counts.extend([0] * (n - len(counts)))
+    for k in range(n):
+        counts[k] += 1
 
 
 @dataclass
@@ -104,6 +133,7 @@ class _Req:
     wire_id: int  # u64 request id on the wire
     sent: int = 0  # committed tokens the drafter holds (0: the whole history is due)
     drafted: int = 0  # drafts it proposed last step
+    mode: str = "sampled"  # their drafting mode (draft_mode)
     refused: bool = False  # the drafter refused it: not asked again
     features: list[torch.Tensor] = field(default_factory=list)  # [n_i, width] chunks, in order
     feature_rows: int = 0  # committed positions the chunks cover
@@ -122,6 +152,13 @@ class DraftSession:
         self._epoch: int | None = None  # the source's connection epoch last seen
         self._connected = False  # whether this step's round can be sent
         self._deadline = 0.0  # this step's end (time.monotonic())
+        self.last_round_s: float | None = None  # the last step's round time (None: not sent)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the source held a connection at the end of the last step (False from a
+        failed connect or a dropped connection until a reconnect succeeds)."""
+        return self._connected
 
     @property
     def features(self) -> FeatureSpec | None:
@@ -134,6 +171,7 @@ class DraftSession:
         """Start a step: release every request not in ``live``, then connect if needed
         (within the step's budget); a new connection epoch makes every history due whole."""
         self._deadline = time.monotonic() + self.deadline_s
+        self.last_round_s = None
         gone = [rid for rid in self._reqs if rid not in live]
         if gone:
             self._release(tuple(self._reqs.pop(rid).wire_id for rid in gone))
@@ -161,6 +199,7 @@ class DraftSession:
         asked: list[tuple[int, ProposeItem | None]] = []  # None: not sent (disconnected)
         for i, (sr, start) in enumerate(zip(reqs, starts, strict=True)):
             r = self._reqs.get(sr.req_id) or self._new(sr.req_id)
+            self._count_accepted(r, sr)
             if r.refused or sr.depth <= 0 or sr.length == 0:
                 r.drafted = 0
                 continue
@@ -183,20 +222,34 @@ class DraftSession:
         self.counters.rounds += 1
         self.counters.items += len(asked)
         items = [it for _, it in asked if it is not None]
-        answers = self._ask(items) if self._connected else (
-            [Missing(MissingReason.DISCONNECTED)] * len(asked))
+        if self._connected:
+            sent = time.monotonic()
+            answers = self._ask(items)
+            self.last_round_s = time.monotonic() - sent
+        else:
+            answers = [Missing(MissingReason.DISCONNECTED)] * len(asked)
         for (i, _), ans in zip(asked, answers, strict=True):
             r = self._reqs[reqs[i].req_id]
             r.drafted = 0
             if isinstance(ans, Missing):
                 self._missing(r, ans.reason)
+                if ans.reason.value in _LINK_LOST:
+                    self._connected = False
                 continue
             r.sent = reqs[i].length
-            r.drafted = ans.depth
+            r.drafted, r.mode = ans.depth, draft_mode(ans)
             self.counters.drafted += 1
             self.counters.draft_tokens += ans.depth
+            _add_positions(self.counters.draft_tokens_by, r.mode, ans.depth)
             out[i] = ans
         return out
+
+    def _count_accepted(self, r: _Req, sr: StepRequest) -> None:
+        """Count the drafts of ``r`` handed to vLLM last step that the verifier accepted:
+        ``num_sampled - 1`` of them (at most those handed), at positions 1, 2, ..."""
+        if not r.drafted or sr.num_sampled <= 0 or sr.length < r.sent:
+            return  # nothing drafted, nothing verified yet, or preempted (never verified)
+        _add_positions(self.counters.accepted_by, r.mode, min(r.drafted, sr.num_sampled - 1))
 
     # ---- internals ------------------------------------------------------------------------
 

