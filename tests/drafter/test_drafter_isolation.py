@@ -83,3 +83,25 @@ def test_history_is_bounded(draft_model: HFDraftModel) -> None:
     got = engine.handle(Propose(0, (_item(1, list(range(1, 9))), _item(2, list(range(1, 10))))))
     assert [i.status for i in got.items] == [ItemStatus.OK, ItemStatus.REFUSED]
     assert engine.live_requests() == 1
+
+
+def test_held_tokens_are_bounded_lru(draft_model: HFDraftModel) -> None:
+    engine = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1,
+                           max_held_tokens=10)
+    for rid in range(1, 4):
+        engine.handle(Propose(rid, (_item(rid, [1, 2, 3, 4]),)))  # 4 tokens each
+    assert engine.live_requests() == 2 and engine.held_tokens() == 8
+    assert engine.handle(Propose(9, (_item(1, [5], position=5),))).items[0].status == \
+        ItemStatus.RESYNC  # the least recently used went first
+
+
+def test_kv_bytes_per_token(draft_model: HFDraftModel) -> None:
+    from specpair.drafter.model import cache_length
+
+    engine = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1)
+    engine.handle(Propose(0, (_item(1, [1, 2, 3, 4, 5]),)))
+    cache = engine._states[1].cache
+    n = cache_length(cache)
+    held = sum(t.numel() * t.element_size() for layer in cache.layers
+               for t in (layer.keys, layer.values))
+    assert held == n * draft_model.kv_bytes_per_token

@@ -29,9 +29,10 @@ BOUNDS = {
     "--max-requests": (4096, 1, 1 << 20),  # live requests held in total
     "--max-requests-per-connection": (2048, 1, 1 << 20),  # live requests of one connection
     "--max-history": (32_768, 1, 1 << 31),  # committed tokens held per request
+    "--max-held-tokens": (1 << 20, 1, 1 << 40),  # committed tokens held over all requests
     "--max-frame-mib": (MAX_FRAME_MIB, 1, MAX_FRAME_MIB),  # largest frame accepted
     "--chunk-items": (64, 1, 1024),  # items per handler call (fairness between targets)
-    "--chunk-tokens": (4096, 1, 1 << 20),  # new tokens per handler call
+    "--chunk-tokens": (2048, 1, 1 << 20),  # new tokens per handler call
 }
 TIMEOUTS = {"--idle-timeout-s": 300.0, "--frame-timeout-s": 60.0}
 
@@ -92,6 +93,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-history", type=int, default=BOUNDS["--max-history"][0],
                        metavar="T", help="committed tokens held per request, 1..2^31 (default "
                        "%(default)s; a request past it is answered REFUSED: target-only)")
+    serve.add_argument("--max-held-tokens", type=int, default=BOUNDS["--max-held-tokens"][0],
+                       metavar="T", help="committed tokens held over all requests, 1..2^40 "
+                       "(default %(default)s; the draft model's KV cache covers at most these: "
+                       "memory is about T x its KV bytes per token, logged at start; past it "
+                       "the least recently used requests are evicted: RESYNC)")
     serve.add_argument("--max-frame-mib", type=int, default=MAX_FRAME_MIB, metavar="M",
                        help="largest frame accepted, 1..256 MiB (default 256, the wire's limit)")
     serve.add_argument("--idle-timeout-s", type=float, default=TIMEOUTS["--idle-timeout-s"],
@@ -188,13 +194,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None else None
     stop_expiry = threading.Event()
     try:
+        model = HFDraftModel(args.model, args.device)
+        logging.getLogger("specpair.drafter").info(
+            "KV cache: %d bytes per token; --max-held-tokens %d bounds it at %.1f GiB",
+            model.kv_bytes_per_token, args.max_held_tokens,
+            model.kv_bytes_per_token * args.max_held_tokens / 2**30)
         engine = DrafterEngine(
-            HFDraftModel(args.model, args.device), tokenizer_fingerprint=fp,
+            model, tokenizer_fingerprint=fp,
             wire_version=VERSION,
             mode=DraftMode.GREEDY if args.mode == "greedy" else DraftMode.SAMPLED,
             draft_top_k=args.draft_top_k, max_depth=args.max_depth, metrics=metrics,
             idle_release_s=args.idle_release_s, max_requests=args.max_requests,
-            max_history=args.max_history)
+            max_history=args.max_history, max_held_tokens=args.max_held_tokens)
         readiness.engine_loaded(args.mode)
         threading.Thread(target=_expire_idle, name="expire-idle", daemon=True,
                          args=(engine, min(5.0, args.idle_release_s / 2), stop_expiry)).start()

@@ -22,8 +22,9 @@ A request's state is freed by RELEASE, by the end of the connection that
 carried it, or by ``expire()`` once no round has touched it for
 ``idle_release_s``: the target sends RELEASE only from its next decode step,
 so the requests of its last step would otherwise stay held while it idles.
-At most ``max_requests`` are held: past that the least recently used are
-evicted (their next round is answered RESYNC). A request freed too early costs
+At most ``max_requests`` requests and ``max_held_tokens`` committed tokens are
+held: past that the least recently used are evicted (their next round is
+answered RESYNC). A request freed too early costs
 one RESYNC, never a wrong draft.
 
 Items the engine cannot serve (K above its max depth, positions past the
@@ -62,12 +63,14 @@ from specpair.qlaw import Drafts, widen
 from specpair.sampling import SamplingParams, check_params_domain
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame, Propose, ProposeItem
 
-__all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT", "MAX_REQUESTS", "MAX_HISTORY"]
+__all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT", "MAX_REQUESTS", "MAX_HISTORY",
+           "MAX_HELD_TOKENS"]
 
 WIRE_MAX_SUPPORT = 65_536  # docs/wire.md §5: larger truncated laws travel DENSE
 _MAX_POSITION = 2**32 - 1  # noise counters hold 32-bit positions (specpair.rng)
 MAX_REQUESTS = 4096  # default: live requests held in total (LRU eviction past it)
 MAX_HISTORY = 32_768  # default: committed tokens held per request (longer: REFUSED)
+MAX_HELD_TOKENS = 1 << 20  # default: committed tokens held over all requests (LRU past it)
 _TRIM_EVERY = 256  # requests freed between two malloc_trim calls
 
 log = logging.getLogger("specpair.drafter")
@@ -92,7 +95,8 @@ class DrafterEngine:
     def __init__(self, model: DraftModel, *, tokenizer_fingerprint: bytes, wire_version: int,
                  mode: DraftMode = DraftMode.SAMPLED, draft_top_k: int = 0, max_depth: int = 16,
                  metrics: Metrics | None = None, idle_release_s: float = 30.0,
-                 max_requests: int = MAX_REQUESTS, max_history: int = MAX_HISTORY) -> None:
+                 max_requests: int = MAX_REQUESTS, max_history: int = MAX_HISTORY,
+                 max_held_tokens: int = MAX_HELD_TOKENS) -> None:
         if len(tokenizer_fingerprint) != 32:
             raise ValueError("tokenizer_fingerprint must be a 32-byte sha256")
         if not 1 <= max_depth <= 32:
@@ -101,9 +105,9 @@ class DrafterEngine:
             raise ValueError(f"draft_top_k must be >= 0 (0 = off), got {draft_top_k}")
         if not idle_release_s > 0:
             raise ValueError(f"idle_release_s must be > 0, got {idle_release_s}")
-        if max_requests < 1 or max_history < 1:
-            raise ValueError(f"max_requests ({max_requests}) and max_history ({max_history}) "
-                             "must be >= 1")
+        if min(max_requests, max_history, max_held_tokens) < 1:
+            raise ValueError(f"max_requests ({max_requests}), max_history ({max_history}) and "
+                             f"max_held_tokens ({max_held_tokens}) must be >= 1")
         self.model = model
         self.mode = mode
         self.draft_top_k = draft_top_k
@@ -112,6 +116,7 @@ class DrafterEngine:
         self.idle_release_s = idle_release_s  # expire() frees requests idle this long
         self.max_requests = max_requests  # live requests held; LRU eviction past it
         self.max_history = max_history  # committed tokens per request; past it REFUSED
+        self.max_held_tokens = max_held_tokens  # committed tokens over all requests; LRU past it
         v = model.vocab_size
         support = min(v, WIRE_MAX_SUPPORT) if draft_top_k == 0 else min(v, draft_top_k)
         self._hello = Hello(
@@ -149,18 +154,33 @@ class DrafterEngine:
         if _LIBC is not None:
             _LIBC.malloc_trim(0)
 
+    def held_tokens(self) -> int:
+        """Committed tokens held over all live requests (what their caches cover at most)."""
+        return sum(len(st.history) for st in self._states.values())
+
     def _evict(self, keep: set[int]) -> None:
-        """Evict least recently used requests (never one in ``keep``) past max_requests."""
+        """Evict least recently used requests (never one in ``keep``) while over
+        max_requests or max_held_tokens."""
         over = len(self._states) - self.max_requests
-        if over <= 0:
+        tokens = self.held_tokens()
+        if over <= 0 and tokens <= self.max_held_tokens:
             return
-        victims = [rid for rid in self._states if rid not in keep][:over]
+        victims = []
+        for rid, st in self._states.items():
+            if over <= 0 and tokens <= self.max_held_tokens:
+                break
+            if rid in keep:
+                continue
+            victims.append(rid)
+            over -= 1
+            tokens -= len(st.history)
         for rid in victims:
             del self._states[rid]
         self._freed += len(victims)
         self.metrics.count_evicted(len(victims))
-        log.info("evicted %d least recently used request(s): over --max-requests %d",
-                 len(victims), self.max_requests)
+        self._trim()
+        log.info("evicted %d least recently used request(s): over --max-requests %d or "
+                 "--max-held-tokens %d", len(victims), self.max_requests, self.max_held_tokens)
 
     def expire(self, now: float | None = None) -> int:
         """Free every request no round touched for ``idle_release_s``; how many were freed."""
