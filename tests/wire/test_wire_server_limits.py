@@ -134,3 +134,19 @@ def test_a_frame_over_the_servers_limit_is_refused_from_its_header() -> None:
         conn.send(encode(Propose(1, (_item(1, list(range(1, 1999))),))), time.monotonic() + 5)
         with pytest.raises(E.PeerError, match=f"ERROR {E.ErrorCode.MALFORMED}:"):
             conn.read(time.monotonic() + 5)
+
+
+def test_two_targets_with_the_same_request_ids_do_not_share_state() -> None:
+    """Each target numbers its requests from 1: the handler must hold them apart, and one
+    target's close must not release the other's."""
+    with _server() as srv:
+        a, b = _connect(srv), _connect(srv)
+        assert _ask(a, 1, _item(1, [1, 2, 3])).items[0].status == ItemStatus.OK
+        assert _ask(b, 1, _item(1, [1, 7])).items[0].status == ItemStatus.OK
+        for rnd in range(2, 5):  # each continues its own history
+            assert _ask(a, rnd, _item(1, [5], position=2 + rnd)).items[0].status == ItemStatus.OK
+            assert _ask(b, rnd, _item(1, [6], position=1 + rnd)).items[0].status == ItemStatus.OK
+        a.close()
+        time.sleep(0.2)  # a's close releases a's request 1 only
+        assert _ask(b, 5, _item(1, [6], position=6)).items[0].status == ItemStatus.OK
+        b.close()

@@ -31,7 +31,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.rounds = 0  # PROPOSE frames answered
+        self.rounds = 0  # handler calls answered: PROPOSE rounds, or chunks of a large one
         self.requests = {s: 0 for s in ItemStatus}  # request-rounds by answer status
         self.drafted = 0  # draft tokens sent
         self.disagreements = 0  # rounds whose committed tokens contradicted our drafts
@@ -75,7 +75,8 @@ class Metrics:
         p = "specpair_drafter_"
         with self._lock:
             lines = [
-                f"# HELP {p}rounds_total PROPOSE rounds answered.",
+                f"# HELP {p}rounds_total PROPOSE rounds answered (a round split into chunks "
+                "counts once per chunk).",
                 f"# TYPE {p}rounds_total counter",
                 f"{p}rounds_total {self.rounds}",
                 f"# HELP {p}requests_total Request-rounds answered, by status.",

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import logging
 import signal
 import threading
@@ -70,7 +72,9 @@ log = logging.getLogger("specpair.wire.server")
 
 
 class Handler(Protocol):
-    """What the drafter supplies. Called from one worker thread, never concurrently."""
+    """What the drafter supplies. Called from one worker thread, never concurrently. The
+    request ids it sees are the server's, unique over connections (two targets both number
+    their requests from 1); the answers go back under each target's own ids."""
 
     def handle(self, propose: Propose) -> ProposalFrame: ...
 
@@ -163,6 +167,7 @@ class WireServer:
         self.max_requests_per_connection = max_requests_per_connection  # LRU past it
         self.chunk_items, self.chunk_tokens = chunk_items, chunk_tokens  # one handler call
         self._on_stalled = on_stalled  # called once per connection closed idle or stalled
+        self._ids = itertools.count(1)  # the handler's request ids, unique over connections
         self.stats = ServerStats()
         self._refusals = _Throttle(60.0)  # handshake refusals: one log line a minute at most
         self._hello_bytes = encode(hello, limits)
@@ -248,7 +253,8 @@ class WireServer:
                           writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
         self._writers.add(writer)
-        seen: OrderedDict[int, None] = OrderedDict()  # requests carried, least recent first
+        # the connection's requests, least recently asked for first: wire id -> handler id
+        seen: OrderedDict[int, int] = OrderedDict()
         worker = None
         try:
             try:
@@ -283,7 +289,7 @@ class WireServer:
                 # cancelled handler task as an error).
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.get_running_loop().run_in_executor(
-                        self._executor, self.handler.release, tuple(seen))
+                        self._executor, self.handler.release, tuple(seen.values()))
 
     async def _read_loop(self, reader, writer, queue: asyncio.Queue) -> None:
         while True:
@@ -318,31 +324,38 @@ class WireServer:
                 return
             await queue.put(frame)
 
-    async def _work(self, queue: asyncio.Queue, writer, seen: OrderedDict[int, None]) -> None:
+    async def _work(self, queue: asyncio.Queue, writer, seen: OrderedDict[int, int]) -> None:
+        """Serve one connection's frames in order. Request ids are the target's own (each
+        target numbers its requests from 1): the handler sees ids unique over connections."""
         loop = asyncio.get_running_loop()
         while True:
             frame = await queue.get()
             try:
                 if isinstance(frame, Release):
-                    for rid in frame.request_ids:
-                        seen.pop(rid, None)
-                    await loop.run_in_executor(self._executor, self._release, frame.request_ids)
+                    gone = tuple(seen.pop(rid) for rid in frame.request_ids if rid in seen)
+                    if gone:
+                        await loop.run_in_executor(self._executor, self._release, gone)
                     continue
                 for it in frame.items:
-                    seen[it.request_id] = None
+                    if it.request_id not in seen:
+                        seen[it.request_id] = next(self._ids)
                     seen.move_to_end(it.request_id)
                 over = len(seen) - self.max_requests_per_connection
                 if over > 0:  # the least recently asked for, never one of this round
                     mine = {it.request_id for it in frame.items}
                     old = tuple(r for r in seen if r not in mine)[:over]
-                    for rid in old:
-                        del seen[rid]
                     self.stats.evicted += len(old)
-                    await loop.run_in_executor(self._executor, self._release, old)
+                    gone = tuple(seen.pop(rid) for rid in old)
+                    await loop.run_in_executor(self._executor, self._release, gone)
                 answers = []
                 for part in chunks(frame, self.chunk_items, self.chunk_tokens):
-                    answers.append((part, await loop.run_in_executor(self._executor,
-                                                                     self._answer, part)))
+                    inner = Propose(part.round_id, tuple(
+                        dataclasses.replace(it, request_id=seen[it.request_id])
+                        for it in part.items))
+                    got = await loop.run_in_executor(self._executor, self._answer, inner)
+                    answers.append((part, tuple(  # _answer keeps the chunk's order
+                        dataclasses.replace(d, request_id=it.request_id)
+                        for d, it in zip(got, part.items, strict=True))))
                 data = await loop.run_in_executor(self._executor, self._encode, frame.round_id,
                                                   answers)
                 writer.write(data)
