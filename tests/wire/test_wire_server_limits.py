@@ -26,7 +26,7 @@ from specpair.wire.codec import encode
 from specpair.wire.codec.header import HEADER, LIMITS
 from specpair.wire.conn import Connection
 from specpair.wire.frames import ItemStatus, ProposalFrame, Propose, ProposeItem, RequestParams
-from specpair.wire.server import ServerThread, chunks
+from specpair.wire.server import ServerThread, chunks, pieces
 
 V = 1000
 KEY = b"k" * 32
@@ -121,11 +121,22 @@ def test_a_round_is_served_in_chunks_answered_whole_and_in_order() -> None:
         got = _ask(conn, 1, *items)
         assert [i.request_id for i in got.items] == list(range(11))
         assert all(i.status == ItemStatus.OK for i in got.items)
-        assert srv.server.handler.calls == [3, 3, 3, 1, 1]  # 29 tokens travel alone
+        assert srv.server.handler.calls == [3, 3, 3, 1, 1, 1, 1]  # 29 tokens: 10 + 10 + 9
+        assert srv.server.handler.lengths[11] == 29  # the pieces left the whole history held
+        got = _ask(conn, 2, _item(10, list(range(1, 25)), position=53))  # a long delta
+        assert got.items[0].status == ItemStatus.OK and srv.server.handler.lengths[11] == 53
         conn.close()
     p = Propose(1, tuple(items))
     assert [len(c.items) for c in chunks(p, 4, 1000)] == [4, 4, 3]
     assert [it for c in chunks(p, 4, 5) for it in c.items] == items
+    big = _item(7, list(range(1, 26)))
+    ps = pieces(big, 10)
+    assert [(x.new_tokens.tolist()[0], x.position, x.depth) for x in ps] == [
+        (1, 10, 1), (11, 20, 1), (21, 25, 2)]
+    assert ps[0].new_tokens.numel() == ps[0].position  # the first is a whole history
+    delta = dataclasses.replace(_item(7, list(range(1, 26)), position=40), num_accepted=2)
+    assert [(x.position, x.num_accepted) for x in pieces(delta, 10)] == [(25, 2), (35, 0),
+                                                                         (40, 0)]
 
 
 def test_a_frame_over_the_servers_limit_is_refused_from_its_header() -> None:

@@ -11,7 +11,8 @@ the handler never runs concurrently with itself. Each PROPOSE gets exactly one
 PROPOSAL.
 
 Fairness: a round is handed to the worker thread in chunks of at most
-``chunk_items`` items and ``chunk_tokens`` new tokens, one chunk at a time, and the
+``chunk_items`` items and ``chunk_tokens`` new tokens (an item with more new tokens
+is fed in pieces of ``chunk_tokens``, see ``pieces``), one chunk at a time, and the
 worker serves the connections that wait for it in turn (FIFO over chunks), so one
 target's huge round holds the handler for one chunk, never for the whole round,
 while another target's rounds interleave. Each request is drafted alone of the
@@ -63,6 +64,7 @@ from specpair.wire.frames import (
     ItemStatus,
     ProposalFrame,
     Propose,
+    ProposeItem,
     Release,
 )
 
@@ -129,6 +131,27 @@ def _resync(propose: Propose) -> ProposalFrame:
     return ProposalFrame(propose.round_id, tuple(
         DraftItem(it.request_id, ItemStatus.RESYNC, empty, QKind.SPARSE, None, None)
         for it in propose.items))
+
+
+def pieces(it: ProposeItem, max_tokens: int) -> list[ProposeItem]:
+    """An item of more than ``max_tokens`` new tokens as consecutive items of at most that
+    many: the first as the item would start (its whole history's prefix, or its delta with its
+    num_accepted), the next ones continuing it (num_accepted 0), each but the last asking
+    depth 1 (a draft thrown away: what matters is the cache it leaves), the last the item's
+    own depth. Drafted one after the other, they leave the drafter holding what the item
+    would have, and the last one's answer is the item's."""
+    n = int(it.new_tokens.numel())
+    if n <= max_tokens:
+        return [it]
+    start, whole, out = it.position - n, n == it.position, []
+    for a in range(0, n, max_tokens):
+        b = min(a + max_tokens, n)
+        lo = 0 if whole and a == 0 else a
+        out.append(dataclasses.replace(
+            it, new_tokens=it.new_tokens[lo:b], position=start + b,
+            num_accepted=it.num_accepted if a == 0 else 0, depth=it.depth if b == n else 1,
+            features=None if it.features is None else it.features[lo:b]))
+    return out
 
 
 def chunks(propose: Propose, max_items: int, max_tokens: int) -> list[Propose]:
@@ -331,10 +354,15 @@ class WireServer:
         while True:
             frame = await queue.get()
             try:
+                # Ids leave ``seen`` only once the handler released them: a close that cancels
+                # this task mid-release then releases them again (releasing is idempotent).
                 if isinstance(frame, Release):
-                    gone = tuple(seen.pop(rid) for rid in frame.request_ids if rid in seen)
-                    if gone:
-                        await loop.run_in_executor(self._executor, self._release, gone)
+                    mine = [rid for rid in frame.request_ids if rid in seen]
+                    if mine:
+                        await loop.run_in_executor(self._executor, self._release,
+                                                   tuple(seen[rid] for rid in mine))
+                    for rid in mine:
+                        seen.pop(rid, None)
                     continue
                 for it in frame.items:
                     if it.request_id not in seen:
@@ -345,17 +373,11 @@ class WireServer:
                     mine = {it.request_id for it in frame.items}
                     old = tuple(r for r in seen if r not in mine)[:over]
                     self.stats.evicted += len(old)
-                    gone = tuple(seen.pop(rid) for rid in old)
-                    await loop.run_in_executor(self._executor, self._release, gone)
-                answers = []
-                for part in chunks(frame, self.chunk_items, self.chunk_tokens):
-                    inner = Propose(part.round_id, tuple(
-                        dataclasses.replace(it, request_id=seen[it.request_id])
-                        for it in part.items))
-                    got = await loop.run_in_executor(self._executor, self._answer, inner)
-                    answers.append((part, tuple(  # _answer keeps the chunk's order
-                        dataclasses.replace(d, request_id=it.request_id)
-                        for d, it in zip(got, part.items, strict=True))))
+                    await loop.run_in_executor(self._executor, self._release,
+                                               tuple(seen[rid] for rid in old))
+                    for rid in old:
+                        seen.pop(rid, None)
+                answers = await self._round(frame, seen)
                 data = await loop.run_in_executor(self._executor, self._encode, frame.round_id,
                                                   answers)
                 writer.write(data)
@@ -363,6 +385,38 @@ class WireServer:
                 self.stats.rounds += 1
             finally:
                 queue.task_done()
+
+    async def _round(self, frame: Propose, seen: OrderedDict[int, int]
+                     ) -> list[tuple[Propose, tuple[DraftItem, ...]]]:
+        """The round's answers, as (part, its items' answers) in the round's order: items of
+        at most chunk_tokens new tokens in chunks, larger ones piece by piece, one handler call
+        each (other connections' calls interleave between them)."""
+        loop = asyncio.get_running_loop()
+
+        async def call(part: Propose) -> tuple[DraftItem, ...]:
+            inner = Propose(part.round_id, tuple(
+                dataclasses.replace(it, request_id=seen[it.request_id]) for it in part.items))
+            got = await loop.run_in_executor(self._executor, self._answer, inner)
+            return tuple(dataclasses.replace(d, request_id=it.request_id)  # in the chunk's order
+                         for d, it in zip(got, part.items, strict=True))
+
+        small = [it for it in frame.items if it.new_tokens.numel() <= self.chunk_tokens]
+        done: dict[int, tuple[Propose, tuple[DraftItem, ...]]] = {}
+        if small:
+            for part in chunks(Propose(frame.round_id, tuple(small)), self.chunk_items,
+                               self.chunk_tokens):
+                got = await call(part)
+                for it, d in zip(part.items, got, strict=True):
+                    done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
+        for it in frame.items:
+            if it.request_id in done:
+                continue
+            for piece in pieces(it, self.chunk_tokens):
+                (d,) = await call(Propose(frame.round_id, (piece,)))
+                if d.status != ItemStatus.OK:
+                    break  # RESYNC or REFUSED: the item's answer, the rest not fed
+            done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
+        return [done[it.request_id] for it in frame.items]
 
     def _release(self, request_ids: tuple[int, ...]) -> None:
         try:
