@@ -5,8 +5,8 @@ Two DraftClients on one drafter (the tiny draft model behind a real WireServer o
 prefill on this CPU); while it is in flight the other target's small rounds (4 requests,
 K = 3) must keep completing within their 1.5 s deadline. Before the fix the single handler
 ran the hog's round whole and every one of the other's rounds came back LATE. The server now
-hands rounds to the model in chunks (here one 1900-token history of the hog's round per
-chunk), taken from the waiting connections in turn.
+hands rounds to the model in chunks (the hog's 1900-token histories in pieces of 512 new
+tokens), taken from the waiting connections in turn.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ BOUNDS = {
     "--max-held-tokens": (1 << 20, 1, 1 << 40),  # committed tokens held over all requests
     "--max-frame-mib": (MAX_FRAME_MIB, 1, MAX_FRAME_MIB),  # largest frame accepted
     "--chunk-items": (64, 1, 1024),  # items per handler call (fairness between targets)
-    "--chunk-tokens": (2048, 1, 1 << 20),  # new tokens per handler call
+    "--chunk-tokens": (512, 1, 1 << 20),  # new tokens per handler call
 }
 TIMEOUTS = {"--idle-timeout-s": 300.0, "--frame-timeout-s": 60.0}
 

@@ -176,7 +176,7 @@ class WireServer:
                  port: int = 0, *, limits: Limits = LIMITS, queue_depth: int = 8,
                  handshake_timeout_s: float = 5.0, idle_timeout_s: float = 300.0,
                  frame_timeout_s: float = 60.0, max_requests_per_connection: int = 2048,
-                 chunk_items: int = 64, chunk_tokens: int = 2048,
+                 chunk_items: int = 64, chunk_tokens: int = 512,
                  on_stalled: Callable[[], None] | None = None) -> None:
         self.handler = handler
         self.hello = hello
