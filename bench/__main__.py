@@ -6,6 +6,7 @@ MODULES = [
     "bench.drafter",  # drafter round latency: batched vs sequential requests
     "bench.verify",  # verifier cost by q encoding vs one log-softmax pass
     "bench.wire",  # wire bytes, encode+decode and loopback round trip: SPARSE vs DENSE
+    "bench.limits",  # two targets on one drafter (fairness); memory of 3000 held requests
 ]
 
 for name in MODULES:

@@ -17,6 +17,7 @@ All arithmetic is fp32 on entry (``logits.float()``), matching vLLM's sampler.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -45,20 +46,27 @@ _I64 = (-(2**63), 2**63 - 1)
 
 
 def _f32(x: float) -> float:
-    return float(torch.tensor(x, dtype=torch.float32))
+    """x rounded to fp32 (|x| < 3.4e38)."""
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+_F32 = struct.Struct("<f")
+_F32_MIN_T, _F32_MAX_T = _f32(MIN_TEMPERATURE), _f32(MAX_TEMPERATURE)  # the bounds in fp32
 
 
 def check_params_domain(temperature: float, top_k: int, top_p: float, seed: int = 0,
                         where: str = "") -> None:
     """Raise BadSamplingParams unless one request's params lie in the documented domain.
 
-    temperature: 0 (greedy) or MIN_TEMPERATURE..MAX_TEMPERATURE; top_k: 0..MAX_TOP_K (an
+    temperature: 0 (greedy) or MIN_TEMPERATURE..MAX_TEMPERATURE, compared in fp32 (the
+    precision it is used in, so an fp32 tensor row and its float agree); top_k: 0..MAX_TOP_K (an
     integer); top_p: (0, 1], and still > 0 in fp32; seed: a signed 64-bit integer.
     """
     at = f"{where}: " if where else ""
     t = temperature
     if not (isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
-            and (t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE)):
+            and (t == 0 or (0 < t < 2 * MAX_TEMPERATURE  # then in fp32, as it is used
+                            and _F32_MIN_T <= _f32(t) <= _F32_MAX_T))):
         raise BadSamplingParams(f"{at}temperature {t!r} must be 0 (greedy) or lie in "
                                 f"[{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]")
     if not (isinstance(top_k, int) and not isinstance(top_k, bool) and 0 <= top_k <= MAX_TOP_K):
@@ -72,9 +80,19 @@ def check_params_domain(temperature: float, top_k: int, top_p: float, seed: int 
         raise BadSamplingParams(f"{at}seed {seed!r} must be a signed 64-bit integer")
 
 
+def _outside_domain(temperature: torch.Tensor, top_k: torch.Tensor,
+                    top_p: torch.Tensor) -> torch.Tensor:
+    """[B] bool: rows outside ``check_params_domain`` (the same bounds, as one tensor pass,
+    for batches: fp32 temperature and top_p, int64 top_k and seed are their own types)."""
+    t = temperature
+    t_ok = (t == 0) | ((t >= MIN_TEMPERATURE) & (t <= MAX_TEMPERATURE))  # False for NaN
+    return ~(t_ok & (top_k >= 0) & (top_p > 0) & (top_p <= 1))
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling parameters of a batch of B requests."""
+    """Per-request sampling parameters of a batch of B requests, each row in the domain of
+    ``check_params_domain`` (docs/core.md; BadSamplingParams otherwise)."""
 
     temperature: torch.Tensor  # [B] fp32; 0 = greedy
     top_k: torch.Tensor  # [B] int64; 0 = no top-k
@@ -89,12 +107,12 @@ class SamplingParams:
                                  f"{tuple(getattr(self, name).shape)}, expected {tuple(b)}")
         if len(b) != 1:
             raise ValueError(f"SamplingParams fields must be 1-D [B], got {tuple(b)}")
-        if bool((self.temperature < 0).any()) or not bool(torch.isfinite(self.temperature).all()):
-            raise ValueError("temperature must be finite and >= 0")
-        if bool((self.top_k < 0).any()):
-            raise ValueError("top_k must be >= 0 (0 disables it)")
-        if bool(((self.top_p <= 0) | (self.top_p > 1)).any()):
-            raise ValueError("top_p must lie in (0, 1]")
+        bad = _outside_domain(self.temperature, self.top_k, self.top_p)
+        if bool(bad.any()):  # the documented message, from the one check of the domain
+            b = int(bad.nonzero()[0, 0])
+            check_params_domain(float(self.temperature[b]), int(self.top_k[b]),
+                                float(self.top_p[b]), int(self.seed[b]), where=f"row {b}")
+            raise AssertionError("_outside_domain and check_params_domain disagree")
 
     @classmethod
     def make(

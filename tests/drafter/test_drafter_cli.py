@@ -39,7 +39,11 @@ def test_short_or_missing_key_file(tiny_pair: TinyPair, tmp_path: Path, capsys) 
 @pytest.mark.parametrize(("flag", "value"), [
     ("--metrics-port", "-1"), ("--metrics-port", "65536"), ("--draft-top-k", "-1"),
     ("--draft-top-k", str(2**70)), ("--max-depth", "0"), ("--max-depth", "33"),
-    ("--threads", "-1"), ("--threads", str(2**70))])
+    ("--threads", "-1"), ("--threads", str(2**70)), ("--max-requests", "0"),
+    ("--max-requests", str(2**70)), ("--max-requests-per-connection", "0"),
+    ("--max-history", "0"), ("--max-frame-mib", "257"), ("--chunk-items", "0"),
+    ("--chunk-items", "1025"), ("--chunk-tokens", "0"), ("--idle-timeout-s", "0"),
+    ("--idle-timeout-s", "nan"), ("--frame-timeout-s", "inf"), ("--frame-timeout-s", "-1")])
 def test_out_of_range_numbers_refused_before_the_model_loads(flag: str, value: str,
                                                              tmp_path: Path, capsys) -> None:
     key = tmp_path / "k"

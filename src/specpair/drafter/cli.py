@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -21,6 +22,19 @@ MAX_DEPTH = 32  # docs/wire.md section 5
 MAX_DRAFT_TOP_K = 2**31 - 1  # beyond any vocabulary
 MAX_THREADS = 1024
 MAX_IDLE_RELEASE_S = 86400.0  # a day: longer is a leak, not a policy
+MAX_FRAME_MIB = 256  # docs/wire.md section 5
+MAX_TIMEOUT_S = 86400.0
+# Resource bounds (docs/wire.md section 5.2): flag -> (default, lowest, highest)
+BOUNDS = {
+    "--max-requests": (4096, 1, 1 << 20),  # live requests held in total
+    "--max-requests-per-connection": (2048, 1, 1 << 20),  # live requests of one connection
+    "--max-history": (32_768, 1, 1 << 31),  # committed tokens held per request
+    "--max-held-tokens": (1 << 20, 1, 1 << 40),  # committed tokens held over all requests
+    "--max-frame-mib": (MAX_FRAME_MIB, 1, MAX_FRAME_MIB),  # largest frame accepted
+    "--chunk-items": (64, 1, 1024),  # items per handler call (fairness between targets)
+    "--chunk-tokens": (512, 1, 1 << 20),  # new tokens per handler call
+}
+TIMEOUTS = {"--idle-timeout-s": 300.0, "--frame-timeout-s": 60.0}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,6 +81,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        f"{MAX_IDLE_RELEASE_S:g} (default 30; the target releases finished "
                        "requests only at its next step, so an idle target would leave them "
                        "held; freed too early costs one RESYNC)")
+    serve.add_argument("--max-requests", type=int, default=BOUNDS["--max-requests"][0],
+                       metavar="N", help="live requests held in total, 1..2^20 (default "
+                       "%(default)s; past it the least recently used are evicted and answered "
+                       "RESYNC when asked for again; a single round larger than N is held "
+                       "whole until answered)")
+    serve.add_argument("--max-requests-per-connection", type=int,
+                       default=BOUNDS["--max-requests-per-connection"][0], metavar="N",
+                       help="live requests held per connection, 1..2^20 (default %(default)s; "
+                       "least recently asked for released past it: RESYNC)")
+    serve.add_argument("--max-history", type=int, default=BOUNDS["--max-history"][0],
+                       metavar="T", help="committed tokens held per request, 1..2^31 (default "
+                       "%(default)s; a request past it is answered REFUSED: target-only)")
+    serve.add_argument("--max-held-tokens", type=int, default=BOUNDS["--max-held-tokens"][0],
+                       metavar="T", help="committed tokens held over all requests, 1..2^40 "
+                       "(default %(default)s; the draft model's KV cache covers at most these: "
+                       "memory is about T x its KV bytes per token, logged at start; past it "
+                       "the least recently used requests are evicted: RESYNC)")
+    serve.add_argument("--max-frame-mib", type=int, default=MAX_FRAME_MIB, metavar="M",
+                       help="largest frame accepted, 1..256 MiB (default 256, the wire's limit)")
+    serve.add_argument("--idle-timeout-s", type=float, default=TIMEOUTS["--idle-timeout-s"],
+                       metavar="S", help="close an authenticated connection that sends nothing "
+                       "for S seconds, 0 < S <= 86400 (default %(default)g; the target "
+                       "reconnects on its next round)")
+    serve.add_argument("--frame-timeout-s", type=float, default=TIMEOUTS["--frame-timeout-s"],
+                       metavar="S", help="close a connection whose frame is not complete S "
+                       "seconds after its first byte, 0 < S <= 86400 (default %(default)g)")
+    serve.add_argument("--chunk-items", type=int, default=BOUNDS["--chunk-items"][0],
+                       metavar="N", help="hand a round to the model in chunks of at most N "
+                       "items, 1..1024 (default %(default)s), taking chunks from the waiting "
+                       "connections in turn, so one target's large round cannot starve another")
+    serve.add_argument("--chunk-tokens", type=int, default=BOUNDS["--chunk-tokens"][0],
+                       metavar="T", help="and at most T new tokens per chunk (an item with "
+                       "more travels alone), 1..2^20 (default %(default)s)")
     serve.set_defaults(func=_serve)
 
 
@@ -98,6 +145,14 @@ def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes]:
                                 ("--threads", args.threads, 0, MAX_THREADS)):
         if value is not None and not lo <= value <= hi:
             raise BadInput(f"{flag} must lie in {lo}..{hi}, got {value}")
+    for flag, (_, lo, hi) in BOUNDS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not lo <= value <= hi:
+            raise BadInput(f"{flag} must lie in {lo}..{hi}, got {value}")
+    for flag in TIMEOUTS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails too
+            raise BadInput(f"{flag} must lie in (0, {MAX_TIMEOUT_S:g}], got {value}")
     if not 0 < args.idle_release_s <= MAX_IDLE_RELEASE_S:  # NaN fails too
         raise BadInput(f"--idle-release-s must lie in (0, {MAX_IDLE_RELEASE_S:g}], "
                        f"got {args.idle_release_s}")
@@ -120,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     from specpair.drafter.engine import DrafterEngine
     from specpair.drafter.model import HFDraftModel
     from specpair.models.tokenizer import fingerprint
-    from specpair.wire.codec.header import VERSION
+    from specpair.wire.codec.header import LIMITS, VERSION
     from specpair.wire.server import serve
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -139,12 +194,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None else None
     stop_expiry = threading.Event()
     try:
+        model = HFDraftModel(args.model, args.device)
+        logging.getLogger("specpair.drafter").info(
+            "KV cache: %d bytes per token; --max-held-tokens %d bounds it at %.1f GiB",
+            model.kv_bytes_per_token, args.max_held_tokens,
+            model.kv_bytes_per_token * args.max_held_tokens / 2**30)
         engine = DrafterEngine(
-            HFDraftModel(args.model, args.device), tokenizer_fingerprint=fp,
+            model, tokenizer_fingerprint=fp,
             wire_version=VERSION,
             mode=DraftMode.GREEDY if args.mode == "greedy" else DraftMode.SAMPLED,
             draft_top_k=args.draft_top_k, max_depth=args.max_depth, metrics=metrics,
-            idle_release_s=args.idle_release_s)
+            idle_release_s=args.idle_release_s, max_requests=args.max_requests,
+            max_history=args.max_history, max_held_tokens=args.max_held_tokens)
         readiness.engine_loaded(args.mode)
         threading.Thread(target=_expire_idle, name="expire-idle", daemon=True,
                          args=(engine, min(5.0, args.idle_release_s / 2), stop_expiry)).start()
@@ -154,7 +215,13 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps({"listen": f"{host}:{bound}", "metrics": None if http is None
                               else f"127.0.0.1:{http.server_address[1]}"}), flush=True)
 
-        serve(engine, engine.hello(), host, port, key=key, ready=ready)  # until SIGTERM/SIGINT
+        limits = dataclasses.replace(LIMITS, frame_bytes=args.max_frame_mib << 20)
+        serve(engine, engine.hello(), host, port, key=key, ready=ready,  # until SIGTERM/SIGINT
+              limits=limits, idle_timeout_s=args.idle_timeout_s,
+              frame_timeout_s=args.frame_timeout_s,
+              max_requests_per_connection=args.max_requests_per_connection,
+              chunk_items=args.chunk_items, chunk_tokens=args.chunk_tokens,
+              on_stalled=metrics.count_stalled)
     finally:
         readiness.listening(None)
         stop_expiry.set()

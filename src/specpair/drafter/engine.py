@@ -22,22 +22,32 @@ A request's state is freed by RELEASE, by the end of the connection that
 carried it, or by ``expire()`` once no round has touched it for
 ``idle_release_s``: the target sends RELEASE only from its next decode step,
 so the requests of its last step would otherwise stay held while it idles.
-A request expired too early costs one RESYNC, never a wrong draft.
+At most ``max_requests`` requests and ``max_held_tokens`` committed tokens are
+held: past that the least recently used are evicted (their next round is
+answered RESYNC). A request freed too early costs
+one RESYNC, never a wrong draft.
 
 Items the engine cannot serve (K above its max depth, positions past the
-model's, bad ids or params, missing features) get REFUSED. The OK items of a
-round are drafted together with ``specpair.draft.propose`` (DRAFT stream,
-absolute positions, each request's params and seed) at the round's largest K;
-each request gets its own first K drafts (noise is keyed by position, so a
-draft does not depend on how many follow it).
+model's or past ``max_history``, bad ids, params outside the domain of
+``specpair.sampling.check_params_domain``, missing features) get REFUSED, each on
+its own. The OK items of a round are drafted together with
+``specpair.draft.propose`` (DRAFT stream, absolute positions, each request's
+params and seed) at the round's largest K; each request gets its own first K
+drafts (noise is keyed by position, so a draft does not depend on how many
+follow it, nor on which requests share its batch). If drafting the batch
+raises, each item is drafted alone and only the ones that still fail are
+REFUSED (logged with the traceback, counted in ``draft_failures``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import logging
-import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,15 +57,21 @@ import torch
 from specpair.draft import DraftMode, propose
 from specpair.drafter.metrics import Metrics
 from specpair.drafter.model import DraftModel, Row
+from specpair.errors import BadSamplingParams
 from specpair.proposal import Proposal, QKind
 from specpair.qlaw import Drafts, widen
-from specpair.sampling import SamplingParams
+from specpair.sampling import SamplingParams, check_params_domain
 from specpair.wire.frames import DraftItem, Hello, ItemStatus, ProposalFrame, Propose, ProposeItem
 
-__all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT"]
+__all__ = ["DrafterEngine", "WIRE_MAX_SUPPORT", "MAX_REQUESTS", "MAX_HISTORY",
+           "MAX_HELD_TOKENS"]
 
 WIRE_MAX_SUPPORT = 65_536  # docs/wire.md §5: larger truncated laws travel DENSE
 _MAX_POSITION = 2**32 - 1  # noise counters hold 32-bit positions (specpair.rng)
+MAX_REQUESTS = 4096  # default: live requests held in total (LRU eviction past it)
+MAX_HISTORY = 32_768  # default: committed tokens held per request (longer: REFUSED)
+MAX_HELD_TOKENS = 1 << 20  # default: committed tokens held over all requests (LRU past it)
+_TRIM_EVERY = 256  # requests freed between two malloc_trim calls
 
 log = logging.getLogger("specpair.drafter")
 
@@ -78,7 +94,9 @@ class DrafterEngine:
 
     def __init__(self, model: DraftModel, *, tokenizer_fingerprint: bytes, wire_version: int,
                  mode: DraftMode = DraftMode.SAMPLED, draft_top_k: int = 0, max_depth: int = 16,
-                 metrics: Metrics | None = None, idle_release_s: float = 30.0) -> None:
+                 metrics: Metrics | None = None, idle_release_s: float = 30.0,
+                 max_requests: int = MAX_REQUESTS, max_history: int = MAX_HISTORY,
+                 max_held_tokens: int = MAX_HELD_TOKENS) -> None:
         if len(tokenizer_fingerprint) != 32:
             raise ValueError("tokenizer_fingerprint must be a 32-byte sha256")
         if not 1 <= max_depth <= 32:
@@ -87,12 +105,18 @@ class DrafterEngine:
             raise ValueError(f"draft_top_k must be >= 0 (0 = off), got {draft_top_k}")
         if not idle_release_s > 0:
             raise ValueError(f"idle_release_s must be > 0, got {idle_release_s}")
+        if min(max_requests, max_history, max_held_tokens) < 1:
+            raise ValueError(f"max_requests ({max_requests}), max_history ({max_history}) and "
+                             f"max_held_tokens ({max_held_tokens}) must be >= 1")
         self.model = model
         self.mode = mode
         self.draft_top_k = draft_top_k
         self.max_depth = max_depth
         self.metrics = metrics or Metrics()
         self.idle_release_s = idle_release_s  # expire() frees requests idle this long
+        self.max_requests = max_requests  # live requests held; LRU eviction past it
+        self.max_history = max_history  # committed tokens per request; past it REFUSED
+        self.max_held_tokens = max_held_tokens  # committed tokens over all requests; LRU past it
         v = model.vocab_size
         support = min(v, WIRE_MAX_SUPPORT) if draft_top_k == 0 else min(v, draft_top_k)
         self._hello = Hello(
@@ -101,8 +125,9 @@ class DrafterEngine:
             q_encodings=(QKind.POINT_MASS,) if mode == DraftMode.GREEDY
             else (QKind.SPARSE, QKind.DENSE),
             max_depth=max_depth, max_support=support, features=model.feature_spec)
-        self._states: dict[int, _State] = {}
+        self._states: OrderedDict[int, _State] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self._freed = 0  # requests freed since the last malloc_trim
 
     def hello(self) -> Hello:
         return self._hello
@@ -112,9 +137,50 @@ class DrafterEngine:
 
     def release(self, request_ids: Iterable[int]) -> None:
         with self._lock:
+            n = len(self._states)
             for rid in request_ids:
                 self._states.pop(rid, None)
+            self._freed += n - len(self._states)
             self.metrics.set_live(len(self._states))
+            self._trim()
+
+    def _trim(self, force: bool = False) -> None:
+        """Hand freed caches back to the OS (glibc keeps freed heap otherwise): a gc pass
+        and malloc_trim, once ``_TRIM_EVERY`` requests were freed (or when forced)."""
+        if self._freed == 0 or (self._freed < _TRIM_EVERY and not force):
+            return
+        self._freed = 0
+        gc.collect()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)
+
+    def held_tokens(self) -> int:
+        """Committed tokens held over all live requests (what their caches cover at most)."""
+        return sum(len(st.history) for st in self._states.values())
+
+    def _evict(self, keep: set[int]) -> None:
+        """Evict least recently used requests (never one in ``keep``) while over
+        max_requests or max_held_tokens."""
+        over = len(self._states) - self.max_requests
+        tokens = self.held_tokens()
+        if over <= 0 and tokens <= self.max_held_tokens:
+            return
+        victims = []
+        for rid, st in self._states.items():
+            if over <= 0 and tokens <= self.max_held_tokens:
+                break
+            if rid in keep:
+                continue
+            victims.append(rid)
+            over -= 1
+            tokens -= len(st.history)
+        for rid in victims:
+            del self._states[rid]
+        self._freed += len(victims)
+        self.metrics.count_evicted(len(victims))
+        self._trim()
+        log.info("evicted %d least recently used request(s): over --max-requests %d or "
+                 "--max-held-tokens %d", len(victims), self.max_requests, self.max_held_tokens)
 
     def expire(self, now: float | None = None) -> int:
         """Free every request no round touched for ``idle_release_s``; how many were freed."""
@@ -124,7 +190,9 @@ class DrafterEngine:
                     if now - st.touched >= self.idle_release_s]
             for rid in idle:
                 del self._states[rid]
+            self._freed += len(idle)
             self.metrics.set_live(len(self._states))
+            self._trim(force=bool(idle))
         if idle:
             log.info("released %d request(s) idle for %g s or more", len(idle),
                      self.idle_release_s)
@@ -142,9 +210,10 @@ class DrafterEngine:
                 disagreements += disagree
                 if status == ItemStatus.OK:
                     ok.append((item, state))
-            drafted = self._draft(ok) if ok else {}
+            drafted = self._draft_isolated(ok, statuses) if ok else {}
             items = tuple(drafted.get(it.request_id) or self._empty(it, statuses[it.request_id])
                           for it in frame.items)
+            self._evict({it.request_id for it in frame.items})
             live = len(self._states)
         self.metrics.observe_round(
             time.perf_counter() - t0, [i.status for i in items],
@@ -164,11 +233,14 @@ class DrafterEngine:
             return f"n_new {n} outside [1, position {item.position}]"
         if item.position + item.depth > min(self.model.max_positions, _MAX_POSITION):
             return f"position {item.position} + depth past the model's positions"
+        if item.position > self.max_history:
+            return f"position {item.position} past --max-history {self.max_history}"
         if bool(((item.new_tokens < 0) | (item.new_tokens >= self.model.vocab_size)).any()):
             return "token id outside the vocabulary"
-        if not (math.isfinite(p.temperature) and p.temperature >= 0 and p.top_k >= 0
-                and 0 < p.top_p <= 1):
-            return "invalid sampling params"
+        try:
+            check_params_domain(p.temperature, p.top_k, p.top_p, p.seed)
+        except BadSamplingParams as e:
+            return str(e)
         if spec is not None and (item.features is None
                                  or tuple(item.features.shape) != (n, spec.width)):
             return "missing or misshapen context features"
@@ -185,6 +257,7 @@ class DrafterEngine:
         new = item.new_tokens.tolist()
         feats = item.features if self.model.feature_spec is not None else None
         if len(new) == item.position:  # whole history: start over
+            self._states.pop(rid, None)
             st = self._states[rid] = _State(history=new, features=feats,
                                             touched=time.monotonic())
             return ItemStatus.OK, st, 0
@@ -192,6 +265,7 @@ class DrafterEngine:
         if st is None or len(st.history) + len(new) != item.position:
             self._states.pop(rid, None)
             return ItemStatus.RESYNC, None, 0
+        self._states.move_to_end(rid)
         st.touched = time.monotonic()
         n_acc = item.num_accepted
         disagree = int(n_acc > len(st.drafts) or new[:n_acc] != st.drafts[:n_acc])
@@ -216,6 +290,30 @@ class DrafterEngine:
                          kind=self._hello.q_encodings[0], q_logp=None, q_ids=None)
 
     # -- the batched draft ----------------------------------------------------------
+
+    def _draft_isolated(self, ok: list[tuple[ProposeItem, _State]],
+                        statuses: dict[int, ItemStatus]) -> dict[int, DraftItem]:
+        """``_draft(ok)``; if it raises, each item alone, and REFUSED for those that fail."""
+        try:
+            return self._draft(ok)
+        except Exception:
+            if len(ok) == 1:
+                return self._failed(ok[0][0], statuses)
+            log.exception("drafting a batch of %d failed; drafting each request alone", len(ok))
+        out: dict[int, DraftItem] = {}
+        for pair in ok:
+            try:
+                out.update(self._draft([pair]))
+            except Exception:
+                out.update(self._failed(pair[0], statuses))
+        return out
+
+    def _failed(self, item: ProposeItem, statuses: dict[int, ItemStatus]) -> dict:
+        log.exception("drafting request %d failed (a bug): answered REFUSED", item.request_id)
+        self.metrics.count_draft_failure()
+        statuses[item.request_id] = ItemStatus.REFUSED
+        self._states.pop(item.request_id, None)
+        return {}
 
     def _draft(self, ok: list[tuple[ProposeItem, _State]]) -> dict[int, DraftItem]:
         rows = []
@@ -259,6 +357,18 @@ class DrafterEngine:
                 kind, logp, ids = QKind.DENSE, widen(sparse, self.model.vocab_size), None
         return DraftItem(request_id=it.request_id, status=ItemStatus.OK, tokens=tokens,
                          kind=kind, q_logp=logp, q_ids=ids)
+
+
+def _libc():
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        lib.malloc_trim  # noqa: B018 (glibc only)
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,7 +1,9 @@
 """The drafter's metrics, served as Prometheus text (exposition format 0.0.4), and its health.
 
-Counters: rounds, requests by status, drafted tokens, history disagreements;
-a gauge of live requests; a histogram of the time to answer one PROPOSE.
+Counters: rounds, requests by status, drafted tokens, history disagreements,
+drafting failures (bugs: the request was answered REFUSED), requests evicted over
+``--max-requests`` and connections closed idle or stalled; a gauge of live
+requests; a histogram of the time to answer one PROPOSE.
 ``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server,
 and ``GET /healthz``: 200 and a small JSON object once the draft model is
 loaded and the wire server listens, 503 before (and while stopping). Health
@@ -29,11 +31,14 @@ class Metrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.rounds = 0  # PROPOSE frames answered
+        self.rounds = 0  # handler calls answered: PROPOSE rounds, or chunks of a large one
         self.requests = {s: 0 for s in ItemStatus}  # request-rounds by answer status
         self.drafted = 0  # draft tokens sent
         self.disagreements = 0  # rounds whose committed tokens contradicted our drafts
         self.live = 0  # requests with state held
+        self.draft_failures = 0  # requests whose drafting raised (answered REFUSED; a bug)
+        self.evicted = 0  # requests evicted least recently used over the live-request bound
+        self.stalled = 0  # connections closed idle or mid-frame past their timeout
         self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # last one is +Inf
         self._sum = 0.0  # total seconds observed
 
@@ -49,6 +54,18 @@ class Metrics:
             self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._sum += seconds
 
+    def count_draft_failure(self) -> None:
+        with self._lock:
+            self.draft_failures += 1
+
+    def count_evicted(self, n: int) -> None:
+        with self._lock:
+            self.evicted += n
+
+    def count_stalled(self) -> None:
+        with self._lock:
+            self.stalled += 1
+
     def set_live(self, live: int) -> None:
         with self._lock:
             self.live = live
@@ -58,7 +75,8 @@ class Metrics:
         p = "specpair_drafter_"
         with self._lock:
             lines = [
-                f"# HELP {p}rounds_total PROPOSE rounds answered.",
+                f"# HELP {p}rounds_total PROPOSE rounds answered (a round split into chunks "
+                "counts once per chunk).",
                 f"# TYPE {p}rounds_total counter",
                 f"{p}rounds_total {self.rounds}",
                 f"# HELP {p}requests_total Request-rounds answered, by status.",
@@ -72,6 +90,18 @@ class Metrics:
                 "contradicted the drafts the target said it accepted (state rebuilt).",
                 f"# TYPE {p}history_disagreements_total counter",
                 f"{p}history_disagreements_total {self.disagreements}",
+                f"# HELP {p}draft_failures_total Requests whose drafting raised (a bug, "
+                "logged with its traceback); each was answered REFUSED.",
+                f"# TYPE {p}draft_failures_total counter",
+                f"{p}draft_failures_total {self.draft_failures}",
+                f"# HELP {p}evicted_requests_total Requests evicted least recently used "
+                "over the live-request bounds (answered RESYNC when asked for again).",
+                f"# TYPE {p}evicted_requests_total counter",
+                f"{p}evicted_requests_total {self.evicted}",
+                f"# HELP {p}stalled_connections_total Connections closed idle or stalled "
+                "mid-frame past their timeout.",
+                f"# TYPE {p}stalled_connections_total counter",
+                f"{p}stalled_connections_total {self.stalled}",
                 f"# HELP {p}live_requests Requests whose state the drafter holds.",
                 f"# TYPE {p}live_requests gauge",
                 f"{p}live_requests {self.live}",

@@ -94,6 +94,12 @@ class HFDraftModel:
         self.vocab_size = int(config.vocab_size)
         self.max_positions = int(getattr(config, "max_position_embeddings", 2**31))
         self.pad_id = int(config.pad_token_id if config.pad_token_id is not None else 0)
+        layers = int(config.num_hidden_layers)
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None)
+                       or config.hidden_size // config.num_attention_heads)
+        size = next(self.model.parameters()).element_size()
+        self.kv_bytes_per_token = 2 * layers * heads * head_dim * size  # keys and values
 
     @torch.no_grad()
     def begin(self, rows: Sequence[Row]) -> tuple[_HFSession, torch.Tensor]:

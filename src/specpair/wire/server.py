@@ -8,21 +8,41 @@ ERROR AUTH_FAILED and the close), AUTH_OK + HELLO, then PROPOSE / RELEASE frames
 Frames go through a bounded queue (``queue_depth``; a full queue stops reading,
 so TCP pushes back on the target) to one worker thread shared by all connections:
 the handler never runs concurrently with itself. Each PROPOSE gets exactly one
-PROPOSAL. If the handler raises, or answers with a frame that does not encode or
-does not match the round, every item of the round is answered RESYNC (the target
-resends those histories whole). A malformed frame, a kind out of its place (never
-decoded) or a frame the decoder fails on (ERROR INTERNAL) gets ERROR and the close of
-that connection only. When a connection ends, the requests it carried are released.
+PROPOSAL.
+
+Fairness: a round is handed to the worker thread in chunks of at most
+``chunk_items`` items and ``chunk_tokens`` new tokens (an item with more new tokens
+is fed in pieces of ``chunk_tokens``, see ``pieces``), one chunk at a time, and the
+worker serves the connections that wait for it in turn (FIFO over chunks), so one
+target's huge round holds the handler for one chunk, never for the whole round,
+while another target's rounds interleave. Each request is drafted alone of the
+others in its batch (its noise and law do not depend on its batch), so chunking
+changes no draft.
+
+Bounds: at most ``max_requests_per_connection`` requests are held per connection
+(past it the least recently asked for are released: RESYNC when asked again); a
+connection that sends nothing for ``idle_timeout_s`` after authentication is closed,
+and so is one whose frame, once its header arrived, is not complete within
+``frame_timeout_s`` (ERROR MALFORMED). ``limits.frame_bytes`` bounds a frame.
+
+If the handler raises, or answers with a frame that does not encode or does not
+match the round, every item of that chunk is answered RESYNC (the target resends
+those histories whole). A malformed frame, a kind out of its place (never decoded)
+or a frame the decoder fails on (ERROR INTERNAL) gets ERROR and the close of that
+connection only. When a connection ends, the requests it carried are released.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import logging
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +64,7 @@ from specpair.wire.frames import (
     ItemStatus,
     ProposalFrame,
     Propose,
+    ProposeItem,
     Release,
 )
 
@@ -53,7 +74,9 @@ log = logging.getLogger("specpair.wire.server")
 
 
 class Handler(Protocol):
-    """What the drafter supplies. Called from one worker thread, never concurrently."""
+    """What the drafter supplies. Called from one worker thread, never concurrently. The
+    request ids it sees are the server's, unique over connections (two targets both number
+    their requests from 1); the answers go back under each target's own ids."""
 
     def handle(self, propose: Propose) -> ProposalFrame: ...
 
@@ -70,7 +93,18 @@ class ServerStats:
     rounds: int = 0  # PROPOSE frames answered
     handler_failures: int = 0  # rounds answered RESYNC because the handler failed
     malformed: int = 0  # connections closed on a malformed or unexpected frame
+    idle_closed: int = 0  # connections closed: nothing sent for idle_timeout_s
+    stalled: int = 0  # connections closed: a frame incomplete frame_timeout_s after its header
+    evicted: int = 0  # requests released over max_requests_per_connection
     errors: dict[str, int] = field(default_factory=dict)  # failures by exception class
+
+
+class _Idle(Exception):
+    """No frame started within the idle timeout (a quiet close, not a refusal)."""
+
+
+class _Stalled(Exception):
+    """A frame started but did not complete within the frame timeout."""
 
 
 class _Throttle:
@@ -99,12 +133,51 @@ def _resync(propose: Propose) -> ProposalFrame:
         for it in propose.items))
 
 
+def pieces(it: ProposeItem, max_tokens: int) -> list[ProposeItem]:
+    """An item of more than ``max_tokens`` new tokens as consecutive items of at most that
+    many: the first as the item would start (its whole history's prefix, or its delta with its
+    num_accepted), the next ones continuing it (num_accepted 0), each but the last asking
+    depth 1 (a draft thrown away: what matters is the cache it leaves), the last the item's
+    own depth. Drafted one after the other, they leave the drafter holding what the item
+    would have, and the last one's answer is the item's."""
+    n = int(it.new_tokens.numel())
+    if n <= max_tokens:
+        return [it]
+    start, whole, out = it.position - n, n == it.position, []
+    for a in range(0, n, max_tokens):
+        b = min(a + max_tokens, n)
+        lo = 0 if whole and a == 0 else a
+        out.append(dataclasses.replace(
+            it, new_tokens=it.new_tokens[lo:b], position=start + b,
+            num_accepted=it.num_accepted if a == 0 else 0, depth=it.depth if b == n else 1,
+            features=None if it.features is None else it.features[lo:b]))
+    return out
+
+
+def chunks(propose: Propose, max_items: int, max_tokens: int) -> list[Propose]:
+    """The round split, in order, into rounds of at most ``max_items`` items and
+    ``max_tokens`` new tokens (an item larger than that alone)."""
+    out, cur, tokens = [], [], 0
+    for it in propose.items:
+        n = int(it.new_tokens.numel())
+        if cur and (len(cur) >= max_items or tokens + n > max_tokens):
+            out.append(Propose(propose.round_id, tuple(cur)))
+            cur, tokens = [], 0
+        cur.append(it)
+        tokens += n
+    out.append(Propose(propose.round_id, tuple(cur)))
+    return out
+
+
 class WireServer:
     """Serves one handler to any number of authenticated targets."""
 
     def __init__(self, handler: Handler, hello: Hello, key: bytes, host: str = "127.0.0.1",
                  port: int = 0, *, limits: Limits = LIMITS, queue_depth: int = 8,
-                 handshake_timeout_s: float = 5.0) -> None:
+                 handshake_timeout_s: float = 5.0, idle_timeout_s: float = 300.0,
+                 frame_timeout_s: float = 60.0, max_requests_per_connection: int = 2048,
+                 chunk_items: int = 64, chunk_tokens: int = 512,
+                 on_stalled: Callable[[], None] | None = None) -> None:
         self.handler = handler
         self.hello = hello
         self.key = auth.check_key(key)
@@ -112,6 +185,12 @@ class WireServer:
         self.limits = limits
         self.queue_depth = queue_depth
         self.handshake_timeout_s = handshake_timeout_s
+        self.idle_timeout_s = idle_timeout_s  # no frame started for this long: close
+        self.frame_timeout_s = frame_timeout_s  # a started frame incomplete this long: close
+        self.max_requests_per_connection = max_requests_per_connection  # LRU past it
+        self.chunk_items, self.chunk_tokens = chunk_items, chunk_tokens  # one handler call
+        self._on_stalled = on_stalled  # called once per connection closed idle or stalled
+        self._ids = itertools.count(1)  # the handler's request ids, unique over connections
         self.stats = ServerStats()
         self._refusals = _Throttle(60.0)  # handshake refusals: one log line a minute at most
         self._hello_bytes = encode(hello, limits)
@@ -152,9 +231,24 @@ class WireServer:
         header (its body is read, so the close is clean, but never decoded). Every failure
         is a WireError: a decoder that fails otherwise (a bug) is logged with its
         traceback and raised as InternalError."""
-        head = await reader.readexactly(HEADER.size)
-        h = parse_header(head, self.limits, authenticated=authenticated)  # before the body
-        body = await reader.readexactly(h.body_len)
+        if authenticated:  # before it the whole handshake has its own deadline
+            try:
+                head = await asyncio.wait_for(reader.readexactly(1), self.idle_timeout_s)
+            except TimeoutError:
+                raise _Idle() from None
+            try:
+                head += await asyncio.wait_for(reader.readexactly(HEADER.size - 1),
+                                               self.frame_timeout_s)
+                h = parse_header(head, self.limits, authenticated=authenticated)
+                body = await asyncio.wait_for(reader.readexactly(h.body_len),
+                                              self.frame_timeout_s)
+            except TimeoutError:
+                raise _Stalled(f"a frame was not complete {self.frame_timeout_s:g} s after it "
+                               "started") from None
+        else:
+            head = await reader.readexactly(HEADER.size)
+            h = parse_header(head, self.limits, authenticated=authenticated)  # before the body
+            body = await reader.readexactly(h.body_len)
         if h.kind not in expect:
             raise UnexpectedFrame(f"expected {' or '.join(k.name for k in expect)}, "
                                   f"got {h.kind.name}")
@@ -182,7 +276,8 @@ class WireServer:
                           writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
         self._writers.add(writer)
-        seen: set[int] = set()
+        # the connection's requests, least recently asked for first: wire id -> handler id
+        seen: OrderedDict[int, int] = OrderedDict()
         worker = None
         try:
             try:
@@ -217,7 +312,7 @@ class WireServer:
                 # cancelled handler task as an error).
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.get_running_loop().run_in_executor(
-                        self._executor, self.handler.release, tuple(seen))
+                        self._executor, self.handler.release, tuple(seen.values()))
 
     async def _read_loop(self, reader, writer, queue: asyncio.Queue) -> None:
         while True:
@@ -226,6 +321,21 @@ class WireServer:
                                          expect=(Kind.PROPOSE, Kind.RELEASE))
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the target went away
+            except _Idle:
+                self.stats.idle_closed += 1
+                if self._on_stalled is not None:
+                    self._on_stalled()
+                log.info("closing a connection idle for %g s", self.idle_timeout_s)
+                return
+            except _Stalled as exc:
+                self.stats.stalled += 1
+                if self._on_stalled is not None:
+                    self._on_stalled()
+                log.warning("closing a stalled connection: %s", exc)
+                with contextlib.suppress(Exception):
+                    writer.write(encode(ErrorFrame(ErrorCode.MALFORMED, str(exc)), self.limits))
+                    await writer.drain()
+                return
             except WireError as exc:
                 self.stats.malformed += 1
                 self._count(exc)
@@ -237,47 +347,131 @@ class WireServer:
                 return
             await queue.put(frame)
 
-    async def _work(self, queue: asyncio.Queue, writer, seen: set[int]) -> None:
+    async def _work(self, queue: asyncio.Queue, writer, seen: OrderedDict[int, int]) -> None:
+        """Serve one connection's frames in order. Request ids are the target's own (each
+        target numbers its requests from 1): the handler sees ids unique over connections."""
         loop = asyncio.get_running_loop()
         while True:
             frame = await queue.get()
             try:
+                # Ids leave ``seen`` only once the handler released them: a close that cancels
+                # this task mid-release then releases them again (releasing is idempotent).
                 if isinstance(frame, Release):
-                    seen.difference_update(frame.request_ids)
-                    await loop.run_in_executor(self._executor, self._release, frame)
+                    mine = [rid for rid in frame.request_ids if rid in seen]
+                    if mine:
+                        await loop.run_in_executor(self._executor, self._release,
+                                                   tuple(seen[rid] for rid in mine))
+                    for rid in mine:
+                        seen.pop(rid, None)
                     continue
-                seen.update(it.request_id for it in frame.items)
-                data = await loop.run_in_executor(self._executor, self._answer, frame)
+                for it in frame.items:
+                    if it.request_id not in seen:
+                        seen[it.request_id] = next(self._ids)
+                    seen.move_to_end(it.request_id)
+                over = len(seen) - self.max_requests_per_connection
+                if over > 0:  # the least recently asked for, never one of this round
+                    mine = {it.request_id for it in frame.items}
+                    old = tuple(r for r in seen if r not in mine)[:over]
+                    self.stats.evicted += len(old)
+                    await loop.run_in_executor(self._executor, self._release,
+                                               tuple(seen[rid] for rid in old))
+                    for rid in old:
+                        seen.pop(rid, None)
+                answers = await self._round(frame, seen)
+                data = await loop.run_in_executor(self._executor, self._encode, frame.round_id,
+                                                  answers)
                 writer.write(data)
                 await writer.drain()
                 self.stats.rounds += 1
             finally:
                 queue.task_done()
 
-    def _release(self, frame: Release) -> None:
+    async def _round(self, frame: Propose, seen: OrderedDict[int, int]
+                     ) -> list[tuple[Propose, tuple[DraftItem, ...]]]:
+        """The round's answers, as (part, its items' answers) in the round's order: items of
+        at most chunk_tokens new tokens in chunks, larger ones piece by piece, one handler call
+        each (other connections' calls interleave between them)."""
+        loop = asyncio.get_running_loop()
+
+        async def call(part: Propose) -> tuple[DraftItem, ...]:
+            inner = Propose(part.round_id, tuple(
+                dataclasses.replace(it, request_id=seen[it.request_id]) for it in part.items))
+            got = await loop.run_in_executor(self._executor, self._answer, inner)
+            return tuple(dataclasses.replace(d, request_id=it.request_id)  # in the chunk's order
+                         for d, it in zip(got, part.items, strict=True))
+
+        small = [it for it in frame.items if it.new_tokens.numel() <= self.chunk_tokens]
+        done: dict[int, tuple[Propose, tuple[DraftItem, ...]]] = {}
+        if small:
+            for part in chunks(Propose(frame.round_id, tuple(small)), self.chunk_items,
+                               self.chunk_tokens):
+                got = await call(part)
+                for it, d in zip(part.items, got, strict=True):
+                    done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
+        for it in frame.items:
+            if it.request_id in done:
+                continue
+            for piece in pieces(it, self.chunk_tokens):
+                (d,) = await call(Propose(frame.round_id, (piece,)))
+                if d.status != ItemStatus.OK:
+                    break  # RESYNC or REFUSED: the item's answer, the rest not fed
+            done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
+        return [done[it.request_id] for it in frame.items]
+
+    def _release(self, request_ids: tuple[int, ...]) -> None:
         try:
-            self.handler.release(frame.request_ids)
+            self.handler.release(request_ids)
         except Exception:
             log.exception("handler.release failed")
 
-    def _answer(self, propose: Propose) -> bytes:
-        """Runs in the worker thread: the handler's answer, encoded; RESYNC if it fails."""
+    def _answer(self, propose: Propose) -> tuple[DraftItem, ...]:
+        """Runs in the worker thread: the handler's answer to one chunk; RESYNC for the
+        chunk's items if it fails."""
         try:
             reply = self.handler.handle(propose)
-            if not isinstance(reply, ProposalFrame) or reply.round_id != propose.round_id:
-                raise TypeError("handle() must return the ProposalFrame of the same round")
-            return encode(reply, self.limits)
+            if not isinstance(reply, ProposalFrame) or reply.round_id != propose.round_id or \
+                    [d.request_id for d in reply.items] != [i.request_id for i in propose.items]:
+                raise TypeError("handle() must return the ProposalFrame of the same round, "
+                                "its items in the round's order")
+            return reply.items
         except Exception as exc:
-            self.stats.handler_failures += 1
-            self._count(exc)
-            log.exception("handler failed on round %d; answering RESYNC", propose.round_id)
-            return encode(_resync(propose), self.limits)
+            self._failed(exc, propose.round_id)
+            return _resync(propose).items
+
+    def _encode(self, round_id: int, answers: list[tuple[Propose, tuple[DraftItem, ...]]]) -> bytes:
+        """Runs in the worker thread: the round's PROPOSAL; a chunk whose answer does not
+        encode is answered RESYNC, the others as drafted."""
+        items = tuple(d for _, got in answers for d in got)
+        try:
+            return encode(ProposalFrame(round_id, items), self.limits)
+        except Exception:
+            pass
+        checked: list[DraftItem] = []
+        for part, got in answers:
+            try:
+                encode(ProposalFrame(round_id, got), self.limits)
+                checked += got
+            except Exception as exc:
+                self._failed(exc, round_id)
+                checked += _resync(part).items
+        try:
+            return encode(ProposalFrame(round_id, tuple(checked)), self.limits)
+        except Exception as exc:  # each chunk encodes, the whole does not (e.g. frame size)
+            self._failed(exc, round_id)
+            everything = Propose(round_id, tuple(i for part, _ in answers for i in part.items))
+            return encode(_resync(everything), self.limits)
+
+    def _failed(self, exc: Exception, round_id: int) -> None:
+        self.stats.handler_failures += 1
+        self._count(exc)
+        log.error("handler failed on round %d; answering its chunk RESYNC", round_id,
+                  exc_info=exc)
 
 
 def serve(handler: Handler, hello: Hello, host: str = "127.0.0.1", port: int = 0, *,
           key: bytes, ready: Callable[[int], None] | None = None, **options) -> None:
     """Serve until SIGTERM or SIGINT, then close cleanly. ``ready(port)`` runs once bound.
-    ``options`` go to ``WireServer`` (limits, queue_depth, handshake_timeout_s)."""
+    ``options`` go to ``WireServer`` (limits, queue_depth, timeouts, bounds, chunking)."""
 
     async def main() -> None:
         server = WireServer(handler, hello, key, host, port, **options)
