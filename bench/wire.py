@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -78,13 +79,16 @@ def _codec(b: int) -> dict[str, tuple[int, float, float]]:
 
 
 class _Prepared:
-    """Handler answering every round with the prepared items of its requests."""
+    """Handler answering every round with the prepared items, the i-th item of a round
+    under the round's i-th request id (the server hands a handler its own ids)."""
 
     def __init__(self, items: list[DraftItem]) -> None:
-        self.items = {d.request_id: d for d in items}
+        self.items = items
 
     def handle(self, p: Propose) -> ProposalFrame:
-        return ProposalFrame(p.round_id, tuple(self.items[it.request_id] for it in p.items))
+        return ProposalFrame(p.round_id, tuple(replace(d, request_id=it.request_id)
+                                               for d, it in zip(self.items, p.items,
+                                                                strict=True)))
 
     def release(self, request_ids: tuple[int, ...]) -> None:
         pass

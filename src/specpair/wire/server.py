@@ -154,6 +154,18 @@ def pieces(it: ProposeItem, max_tokens: int) -> list[ProposeItem]:
     return out
 
 
+def _as_handler_ids(part: Propose, seen: OrderedDict[int, int]) -> Propose:
+    """``part`` with each item under the handler's request id for it (``seen``)."""
+    return Propose(part.round_id, tuple(dataclasses.replace(it, request_id=seen[it.request_id])
+                                        for it in part.items))
+
+
+def _as_target_ids(got: tuple[DraftItem, ...], part: Propose) -> tuple[DraftItem, ...]:
+    """The handler's answers to ``part`` under the target's request ids, in its order."""
+    return tuple(dataclasses.replace(d, request_id=it.request_id)
+                 for d, it in zip(got, part.items, strict=True))
+
+
 def chunks(propose: Propose, max_items: int, max_tokens: int) -> list[Propose]:
     """The round split, in order, into rounds of at most ``max_items`` items and
     ``max_tokens`` new tokens (an item larger than that alone)."""
@@ -232,16 +244,17 @@ class WireServer:
         is a WireError: a decoder that fails otherwise (a bug) is logged with its
         traceback and raised as InternalError."""
         if authenticated:  # before it the whole handshake has its own deadline
+            # asyncio.timeout, not wait_for: no task per read (a round's latency; 3.11)
             try:
-                head = await asyncio.wait_for(reader.readexactly(1), self.idle_timeout_s)
+                async with asyncio.timeout(self.idle_timeout_s):
+                    head = await reader.readexactly(1)
             except TimeoutError:
                 raise _Idle() from None
             try:
-                head += await asyncio.wait_for(reader.readexactly(HEADER.size - 1),
-                                               self.frame_timeout_s)
-                h = parse_header(head, self.limits, authenticated=authenticated)
-                body = await asyncio.wait_for(reader.readexactly(h.body_len),
-                                              self.frame_timeout_s)
+                async with asyncio.timeout(self.frame_timeout_s):
+                    head += await reader.readexactly(HEADER.size - 1)
+                    h = parse_header(head, self.limits, authenticated=authenticated)
+                    body = await reader.readexactly(h.body_len)
             except TimeoutError:
                 raise _Stalled(f"a frame was not complete {self.frame_timeout_s:g} s after it "
                                "started") from None
@@ -377,9 +390,13 @@ class WireServer:
                                                tuple(seen[rid] for rid in old))
                     for rid in old:
                         seen.pop(rid, None)
-                answers = await self._round(frame, seen)
-                data = await loop.run_in_executor(self._executor, self._encode, frame.round_id,
-                                                  answers)
+                if self._one_chunk(frame):  # the common round: one worker hop, as before
+                    data = await loop.run_in_executor(self._executor, self._answer_encoded,
+                                                      frame, _as_handler_ids(frame, seen))
+                else:
+                    answers = await self._round(frame, seen)
+                    data = await loop.run_in_executor(self._executor, self._encode,
+                                                      frame.round_id, answers)
                 writer.write(data)
                 await writer.drain()
                 self.stats.rounds += 1
@@ -394,11 +411,9 @@ class WireServer:
         loop = asyncio.get_running_loop()
 
         async def call(part: Propose) -> tuple[DraftItem, ...]:
-            inner = Propose(part.round_id, tuple(
-                dataclasses.replace(it, request_id=seen[it.request_id]) for it in part.items))
-            got = await loop.run_in_executor(self._executor, self._answer, inner)
-            return tuple(dataclasses.replace(d, request_id=it.request_id)  # in the chunk's order
-                         for d, it in zip(got, part.items, strict=True))
+            got = await loop.run_in_executor(self._executor, self._answer,
+                                             _as_handler_ids(part, seen))
+            return _as_target_ids(got, part)
 
         small = [it for it in frame.items if it.new_tokens.numel() <= self.chunk_tokens]
         done: dict[int, tuple[Propose, tuple[DraftItem, ...]]] = {}
@@ -417,6 +432,17 @@ class WireServer:
                     break  # RESYNC or REFUSED: the item's answer, the rest not fed
             done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
         return [done[it.request_id] for it in frame.items]
+
+    def _one_chunk(self, frame: Propose) -> bool:
+        """Whether the round is one chunk: at most chunk_items items, chunk_tokens new tokens."""
+        return len(frame.items) <= self.chunk_items and sum(
+            int(it.new_tokens.numel()) for it in frame.items) <= self.chunk_tokens
+
+    def _answer_encoded(self, frame: Propose, inner: Propose) -> bytes:
+        """Runs in the worker thread: a one-chunk round's PROPOSAL (``inner`` is ``frame``
+        under the handler's request ids)."""
+        return self._encode(frame.round_id, [(frame, _as_target_ids(self._answer(inner),
+                                                                   frame))])
 
     def _release(self, request_ids: tuple[int, ...]) -> None:
         try:
