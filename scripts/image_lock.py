@@ -130,10 +130,16 @@ def _requires(item: dict, machine: str, extras: set[str]) -> list[Requirement]:
     return out
 
 
+# Dev tools no image carries: the linter, and the OpenAI client of tests/e2e (run in the dev
+# venv against a vLLM it starts; the target locks hold openai anyway, as a vLLM dependency).
+DEV_ONLY = ("ruff", "openai")
+
+
 def _pyproject_pins(target: Target, versions: dict[str, str]) -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = list(project["dependencies"])
-    pins += [p for p in project["optional-dependencies"]["dev"] if not p.startswith("ruff")]
+    pins += [p for p in project["optional-dependencies"]["dev"]
+             if Requirement(p).name not in DEV_ONLY]
     if target.torch_local:
         pins = [p + versions["TORCH_CPU_LOCAL"] if Requirement(p).name == "torch" else p
                 for p in pins]
