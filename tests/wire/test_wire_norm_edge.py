@@ -12,21 +12,35 @@ mass to about 1e-10 short of 1 +- 1e-3, and a tiny one (q ~ 1e-10) stepped ulp b
 121 steps, each moving the mass by about 2e-16 (one float64 ulp at 1), across the
 edge; 40 rows per edge. On the code before, 7 of these 9,680 decodes raised
 AssertionError. The random search: 2,000 rows of 1..10 ids, ragged, whose mass is
-scaled to within 1e-6 of either edge.
+scaled to within 1e-6 of either edge. The client side: a drafter that answers rows around
+the edge gets, per round, its drafts or Missing(INVALID) from DraftClient.propose (which
+raised AssertionError before), and the next round reconnects.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sparse_reference import first_failure
 from wire_helpers import one_row_proposal
 
 from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.wire import errors as E
+from specpair.wire.client import DraftClient
 from specpair.wire.codec import _sparse, decode
 from specpair.wire.codec.header import NORM_TOLERANCE, VERSION
-from specpair.wire.frames import Hello
+from specpair.wire.frames import (
+    DraftItem,
+    Hello,
+    ItemStatus,
+    ProposalFrame,
+    Propose,
+    ProposeItem,
+    RequestParams,
+)
+from specpair.wire.server import ServerThread
+from specpair.wire.source import Missing, MissingReason
 
 V, S = 1000, 10
 HELLO = Hello(VERSION, DraftMode.SAMPLED, V, bytes(32), (QKind.SPARSE,), 1, S, None)
@@ -105,4 +119,49 @@ def test_random_rows_near_both_edges_decode_or_raise_wire_errors():
         got = _verdict(ids, lp)
         assert got == _expected(ids, lp), (ids.tolist(), lp.view(np.uint32).tolist())
         seen.add(got)
+    assert seen == {"ok", "UnnormalizedQ"}
+
+
+class _EdgeDrafter:
+    """A hostile drafter: answers round i with ``rows[i]`` as the q of its one draft (the
+    encoder does not check normalization, so the rows reach the target as they are)."""
+
+    def __init__(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.rows = iter(rows)
+
+    def handle(self, propose: Propose) -> ProposalFrame:
+        ids, lp = next(self.rows)
+        (it,) = propose.items
+        return ProposalFrame(propose.round_id, (DraftItem(
+            it.request_id, ItemStatus.OK, torch.tensor([int(ids[0])]), QKind.SPARSE,
+            torch.from_numpy(lp.reshape(1, -1).copy()),
+            torch.from_numpy(ids.astype(np.int64).reshape(1, -1))),))
+
+    def release(self, request_ids: tuple[int, ...]) -> None:
+        pass
+
+
+def test_a_drafter_answering_at_the_edge_gets_missing_invalid_from_the_client():
+    rng = np.random.default_rng(14)
+    rows = []
+    for edge in EDGES:  # the rows on both sides of the verdict's switch, 3 ulps each way
+        ids = rng.choice(V, S, replace=False).astype(np.int32)
+        run = list(_ulp_rows(rng, edge))
+        verdicts = [_expected(ids, lp) for lp in run]
+        switch = next(i for i in range(1, len(run)) if verdicts[i] != verdicts[i - 1])
+        rows += [(ids, lp) for lp in run[switch - 3:switch + 3]]
+    key = b"edge-key-0123456789abcdef"
+    item = ProposeItem(1, torch.tensor([5]), 0, 1, 1, RequestParams(1.0, 0, 1.0, 3), None)
+    seen = set()
+    with ServerThread(_EdgeDrafter(rows), HELLO, key) as srv, DraftClient(
+            "127.0.0.1", srv.port, key, vocab_size=V, tokenizer_fingerprint=bytes(32)) as c:
+        for ids, lp in rows:
+            want = _expected(ids, lp)
+            got = c.propose([item], 5.0)
+            seen.add(want)
+            if want == "ok":
+                assert isinstance(got[0], DraftItem) and int(got[0].tokens[0]) == ids[0]
+            else:
+                assert got == [Missing(MissingReason.INVALID)]
+        assert c.connects == 1 + sum(_expected(i, lp) != "ok" for i, lp in rows[:-1])
     assert seen == {"ok", "UnnormalizedQ"}

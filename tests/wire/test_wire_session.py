@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from prometheus_client import CollectorRegistry
 from wire_loopback import TrivialDrafter, trivial_hello
 
+from specpair.vllm.metrics import TargetMetrics
 from specpair.wire.client import DraftClient
 from specpair.wire.frames import RequestParams
 from specpair.wire.server import ServerThread
@@ -102,6 +104,43 @@ def test_depth_beyond_the_drafter_is_refused_locally_and_not_asked_again(pair):
     out = step(s, {"a": [1, 2, 4], "b": [3, 5]}, depth={"b": 2})
     assert out[0] is not None and out[1] is None and s.needed_from("b", 2) == 2
     assert s.source.connects == 1 and sorted(drafter.lengths.values()) == [3]
+
+
+POISONS = {  # params outside the sampling domain (docs/core.md), inside the wire's structure
+    "temperature": RequestParams(1e-40, 0, 1.0, 11),  # logits / T = inf, the row NaN
+    "top_k": RequestParams(1.0, 2**70, 1.0, 11),  # no int64: the encoder refuses the frame
+    "both": RequestParams(1e-40, 2**70, 1.0, 11),
+}
+
+
+@pytest.mark.parametrize("poison", sorted(POISONS))
+def test_a_poisoned_request_is_refused_alone_and_never_sent(pair, poison):
+    drafter, srv, s = pair
+    registry = CollectorRegistry()
+    metrics = TargetMetrics(registry)
+    histories = {"a": [1, 2], "bad": [3, 4], "b": [5]}
+    params = {"a": PARAMS, "bad": POISONS[poison], "b": RequestParams(0.0, 4, 0.9, 12)}
+    for round_ in range(3):
+        s.begin(set(histories))
+        reqs = []
+        for rid, toks in histories.items():
+            start = s.needed_from(rid, len(toks))
+            reqs.append(StepRequest(rid, len(toks), torch.tensor(toks[start:],
+                                                                 dtype=torch.int64),
+                                    1, 3, params[rid]))
+        out = s.step(reqs)
+        metrics.publish(s)
+        assert out[0] is not None and out[2] is not None and out[1] is None, (round_, s.counters)
+        for toks in histories.values():
+            toks.append(round_ + 6)
+    # refused once, then never asked again (not a missing item that starts over each step)
+    assert s.counters.refused == 1 and s.counters.missing == 0 and s.counters.errors == 0
+    assert s.counters.drafted == 6 and s.counters.resync == 0 and s.needed_from("bad", 5) == 5
+    assert registry.get_sample_value("specpair_items_total",
+                                     {"outcome": "refused", "reason": "refused"}) == 1
+    # never sent: the drafter holds the two good requests only, and saw no bad frame
+    assert sorted(drafter.lengths.values()) == [3, 4] and srv.server.stats.malformed == 0
+    assert drafter.full_resends == 2
 
 
 def test_release_of_finished_requests_reaches_the_drafter(pair):

@@ -8,6 +8,8 @@ Modules, one job each:
 - ``errors``: one exception class per failure, all ``WireError`` (``SpecpairError``).
 - ``auth``: pre-shared key and HMAC challenge-response.
 - ``server``: the drafter side, ``serve(handler, hello, host, port, key=...)``.
+- ``rounds``: how the server feeds a round to its handler: chunks and pieces taken in turn
+  with other connections', and each connection's request ids.
 - ``source``: the ``DraftSource`` protocol the target side asks drafts of, and ``Missing``
   (with its ``MissingReason``), the one answer for a request without drafts.
 - ``conn``, ``client``: the TCP transport, ``DraftClient`` (a ``DraftSource``).

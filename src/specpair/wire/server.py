@@ -11,13 +11,9 @@ the handler never runs concurrently with itself. Each PROPOSE gets exactly one
 PROPOSAL.
 
 Fairness: a round is handed to the worker thread in chunks of at most
-``chunk_items`` items and ``chunk_tokens`` new tokens (an item with more new tokens
-is fed in pieces of ``chunk_tokens``, see ``pieces``), one chunk at a time, and the
-worker serves the connections that wait for it in turn (FIFO over chunks), so one
-target's huge round holds the handler for one chunk, never for the whole round,
-while another target's rounds interleave. Each request is drafted alone of the
-others in its batch (its noise and law do not depend on its batch), so chunking
-changes no draft.
+``chunk_items`` items and ``chunk_tokens`` new tokens, one chunk at a time, and the
+worker serves the connections that wait for it in turn (FIFO over chunks); the chunks,
+pieces and each connection's request ids are ``specpair.wire.rounds``'s.
 
 Bounds: at most ``max_requests_per_connection`` requests are held per connection
 (past it the least recently asked for are released: RESYNC when asked again); a
@@ -36,13 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import signal
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -64,11 +58,12 @@ from specpair.wire.frames import (
     ItemStatus,
     ProposalFrame,
     Propose,
-    ProposeItem,
     Release,
 )
+from specpair.wire.rounds import RequestIds, chunks, draft_round, one_chunk, pieces, to_target
 
-__all__ = ["Handler", "ServerStats", "WireServer", "serve", "ServerThread"]
+# chunks and pieces: the splitting the server applies (specpair.wire.rounds), as it exposed them
+__all__ = ["Handler", "ServerStats", "WireServer", "serve", "ServerThread", "chunks", "pieces"]
 
 log = logging.getLogger("specpair.wire.server")
 
@@ -131,54 +126,6 @@ def _resync(propose: Propose) -> ProposalFrame:
     return ProposalFrame(propose.round_id, tuple(
         DraftItem(it.request_id, ItemStatus.RESYNC, empty, QKind.SPARSE, None, None)
         for it in propose.items))
-
-
-def pieces(it: ProposeItem, max_tokens: int) -> list[ProposeItem]:
-    """An item of more than ``max_tokens`` new tokens as consecutive items of at most that
-    many: the first as the item would start (its whole history's prefix, or its delta with its
-    num_accepted), the next ones continuing it (num_accepted 0), each but the last asking
-    depth 1 (a draft thrown away: what matters is the cache it leaves), the last the item's
-    own depth. Drafted one after the other, they leave the drafter holding what the item
-    would have, and the last one's answer is the item's."""
-    n = int(it.new_tokens.numel())
-    if n <= max_tokens:
-        return [it]
-    start, whole, out = it.position - n, n == it.position, []
-    for a in range(0, n, max_tokens):
-        b = min(a + max_tokens, n)
-        lo = 0 if whole and a == 0 else a
-        out.append(dataclasses.replace(
-            it, new_tokens=it.new_tokens[lo:b], position=start + b,
-            num_accepted=it.num_accepted if a == 0 else 0, depth=it.depth if b == n else 1,
-            features=None if it.features is None else it.features[lo:b]))
-    return out
-
-
-def _as_handler_ids(part: Propose, seen: OrderedDict[int, int]) -> Propose:
-    """``part`` with each item under the handler's request id for it (``seen``)."""
-    return Propose(part.round_id, tuple(dataclasses.replace(it, request_id=seen[it.request_id])
-                                        for it in part.items))
-
-
-def _as_target_ids(got: tuple[DraftItem, ...], part: Propose) -> tuple[DraftItem, ...]:
-    """The handler's answers to ``part`` under the target's request ids, in its order."""
-    return tuple(dataclasses.replace(d, request_id=it.request_id)
-                 for d, it in zip(got, part.items, strict=True))
-
-
-def chunks(propose: Propose, max_items: int, max_tokens: int) -> list[Propose]:
-    """The round split, in order, into rounds of at most ``max_items`` items and
-    ``max_tokens`` new tokens (an item larger than that alone)."""
-    out, cur, tokens = [], [], 0
-    for it in propose.items:
-        n = int(it.new_tokens.numel())
-        if cur and (len(cur) >= max_items or tokens + n > max_tokens):
-            out.append(Propose(propose.round_id, tuple(cur)))
-            cur, tokens = [], 0
-        cur.append(it)
-        tokens += n
-    out.append(Propose(propose.round_id, tuple(cur)))
-    return out
 
 
 class WireServer:
@@ -289,8 +236,7 @@ class WireServer:
                           writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
         self._writers.add(writer)
-        # the connection's requests, least recently asked for first: wire id -> handler id
-        seen: OrderedDict[int, int] = OrderedDict()
+        seen = RequestIds(self._ids)  # the connection's requests
         worker = None
         try:
             try:
@@ -325,7 +271,7 @@ class WireServer:
                 # cancelled handler task as an error).
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.get_running_loop().run_in_executor(
-                        self._executor, self.handler.release, tuple(seen.values()))
+                        self._executor, self.handler.release, seen.handler_ids())
 
     async def _read_loop(self, reader, writer, queue: asyncio.Queue) -> None:
         while True:
@@ -360,41 +306,38 @@ class WireServer:
                 return
             await queue.put(frame)
 
-    async def _work(self, queue: asyncio.Queue, writer, seen: OrderedDict[int, int]) -> None:
+    async def _work(self, queue: asyncio.Queue, writer, seen: RequestIds) -> None:
         """Serve one connection's frames in order. Request ids are the target's own (each
         target numbers its requests from 1): the handler sees ids unique over connections."""
         loop = asyncio.get_running_loop()
+
+        async def call(part: Propose) -> tuple[DraftItem, ...]:
+            got = await loop.run_in_executor(self._executor, self._answer, seen.to_handler(part))
+            return to_target(got, part)
+
         while True:
             frame = await queue.get()
             try:
                 # Ids leave ``seen`` only once the handler released them: a close that cancels
                 # this task mid-release then releases them again (releasing is idempotent).
                 if isinstance(frame, Release):
-                    mine = [rid for rid in frame.request_ids if rid in seen]
+                    mine = seen.known(frame.request_ids)
                     if mine:
                         await loop.run_in_executor(self._executor, self._release,
-                                                   tuple(seen[rid] for rid in mine))
-                    for rid in mine:
-                        seen.pop(rid, None)
+                                                   seen.handler_ids(mine))
+                    seen.forget(mine)
                     continue
-                for it in frame.items:
-                    if it.request_id not in seen:
-                        seen[it.request_id] = next(self._ids)
-                    seen.move_to_end(it.request_id)
-                over = len(seen) - self.max_requests_per_connection
-                if over > 0:  # the least recently asked for, never one of this round
-                    mine = {it.request_id for it in frame.items}
-                    old = tuple(r for r in seen if r not in mine)[:over]
+                old = seen.admit(frame.items, self.max_requests_per_connection)
+                if old:  # the least recently asked for, never one of this round
                     self.stats.evicted += len(old)
                     await loop.run_in_executor(self._executor, self._release,
-                                               tuple(seen[rid] for rid in old))
-                    for rid in old:
-                        seen.pop(rid, None)
-                if self._one_chunk(frame):  # the common round: one worker hop, as before
+                                               seen.handler_ids(old))
+                    seen.forget(old)
+                if one_chunk(frame, self.chunk_items, self.chunk_tokens):  # one worker hop
                     data = await loop.run_in_executor(self._executor, self._answer_encoded,
-                                                      frame, _as_handler_ids(frame, seen))
+                                                      frame, seen.to_handler(frame))
                 else:
-                    answers = await self._round(frame, seen)
+                    answers = await draft_round(frame, self.chunk_items, self.chunk_tokens, call)
                     data = await loop.run_in_executor(self._executor, self._encode,
                                                       frame.round_id, answers)
                 writer.write(data)
@@ -403,46 +346,10 @@ class WireServer:
             finally:
                 queue.task_done()
 
-    async def _round(self, frame: Propose, seen: OrderedDict[int, int]
-                     ) -> list[tuple[Propose, tuple[DraftItem, ...]]]:
-        """The round's answers, as (part, its items' answers) in the round's order: items of
-        at most chunk_tokens new tokens in chunks, larger ones piece by piece, one handler call
-        each (other connections' calls interleave between them)."""
-        loop = asyncio.get_running_loop()
-
-        async def call(part: Propose) -> tuple[DraftItem, ...]:
-            got = await loop.run_in_executor(self._executor, self._answer,
-                                             _as_handler_ids(part, seen))
-            return _as_target_ids(got, part)
-
-        small = [it for it in frame.items if it.new_tokens.numel() <= self.chunk_tokens]
-        done: dict[int, tuple[Propose, tuple[DraftItem, ...]]] = {}
-        if small:
-            for part in chunks(Propose(frame.round_id, tuple(small)), self.chunk_items,
-                               self.chunk_tokens):
-                got = await call(part)
-                for it, d in zip(part.items, got, strict=True):
-                    done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
-        for it in frame.items:
-            if it.request_id in done:
-                continue
-            for piece in pieces(it, self.chunk_tokens):
-                (d,) = await call(Propose(frame.round_id, (piece,)))
-                if d.status != ItemStatus.OK:
-                    break  # RESYNC or REFUSED: the item's answer, the rest not fed
-            done[it.request_id] = (Propose(frame.round_id, (it,)), (d,))
-        return [done[it.request_id] for it in frame.items]
-
-    def _one_chunk(self, frame: Propose) -> bool:
-        """Whether the round is one chunk: at most chunk_items items, chunk_tokens new tokens."""
-        return len(frame.items) <= self.chunk_items and sum(
-            int(it.new_tokens.numel()) for it in frame.items) <= self.chunk_tokens
-
     def _answer_encoded(self, frame: Propose, inner: Propose) -> bytes:
         """Runs in the worker thread: a one-chunk round's PROPOSAL (``inner`` is ``frame``
         under the handler's request ids)."""
-        return self._encode(frame.round_id, [(frame, _as_target_ids(self._answer(inner),
-                                                                   frame))])
+        return self._encode(frame.round_id, [(frame, to_target(self._answer(inner), frame))])
 
     def _release(self, request_ids: tuple[int, ...]) -> None:
         try:

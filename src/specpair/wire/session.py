@@ -20,7 +20,10 @@ What the session does with each outcome (docs/wire.md 3.3):
 - OK: the drafter holds the history up to n; the next step sends the new tokens
   and how many of these drafts the target accepted.
 - RESYNC: the next step sends the whole history under the same wire id.
-- REFUSED: the request is not asked again until it finishes.
+- REFUSED: the request is not asked again until it finishes. The session refuses a
+  request itself, before it is ever sent, when its params lie outside the sampling domain
+  (``specpair.sampling.check_params_domain``, docs/core.md): counted as a drafter's
+  REFUSED, alone; the other requests of the step are asked as usual.
 - any other Missing (late, dropped, invalid, drafter gone, error): the drafter's
   copy is released and the request starts over, whole, under a new wire id.
 - a new connection epoch (reconnect, perhaps a restarted drafter): every request's
@@ -59,8 +62,10 @@ from typing import TypeVar
 
 import torch
 
+from specpair.errors import BadSamplingParams
 from specpair.proposal import QKind
 from specpair.qlaw import Drafts
+from specpair.sampling import check_params_domain
 from specpair.wire.errors import WireError
 from specpair.wire.frames import DraftItem, FeatureSpec, ItemStatus, ProposeItem, RequestParams
 from specpair.wire.source import DraftSource, Missing, MissingReason
@@ -110,12 +115,22 @@ class Counters:
     missing: int = 0  # items without drafts that start over (late, dropped, drafter gone, ...)
     missing_by_reason: dict[str, int] = field(default_factory=dict)  # those by MissingReason value
     resync: int = 0  # items answered RESYNC (resent whole next step)
-    refused: int = 0  # items answered REFUSED (not asked again)
+    refused: int = 0  # items REFUSED (not asked again): by the source, or here for params
+    # outside the sampling domain (never sent)
     errors: int = 0  # unexpected exceptions at the seam (bugs; logged with their traceback)
     # drafting mode -> per draft position 1..K (list index k - 1): draft tokens handed to
     # vLLM at that position / those the verifier accepted there
     draft_tokens_by: dict[str, list[int]] = field(default_factory=dict)
     accepted_by: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _domain_refusal(p: RequestParams) -> str | None:
+    """Why ``p`` lies outside the sampling domain (the one check, docs/core.md), or None."""
+    try:
+        check_params_domain(p.temperature, p.top_k, p.top_p, p.seed)
+    except BadSamplingParams as exc:
+        return str(exc)
+    return None
 
 
 def _add_positions(by: dict[str, list[int]], mode: str, n: int) -> None:
@@ -196,12 +211,19 @@ class DraftSession:
         """Ask for drafts for ``reqs``; per request (in order) its Drafts, or None."""
         starts = self._check(reqs)
         out: list[Drafts | None] = [None] * len(reqs)
-        asked: list[tuple[int, ProposeItem | None]] = []  # None: not sent (disconnected)
+        # per request asked: its item, or its answer already known (never sent)
+        asked: list[tuple[int, ProposeItem | Missing]] = []
         for i, (sr, start) in enumerate(zip(reqs, starts, strict=True)):
             r = self._reqs.get(sr.req_id) or self._new(sr.req_id)
             self._count_accepted(r, sr)
             if r.refused or sr.depth <= 0 or sr.length == 0:
                 r.drafted = 0
+                continue
+            why = _domain_refusal(sr.params)
+            if why is not None:  # the drafter would refuse it; the encoder might refuse the round
+                log.warning("specpair: request %s refused before it is sent (its step stays "
+                            "target-only): %s", sr.req_id, why)
+                asked.append((i, Missing(MissingReason.REFUSED)))
                 continue
             if sr.length < r.sent:  # preempted and recomputed: the drafter's copy is wrong
                 self._restart(r)
@@ -211,7 +233,7 @@ class DraftSession:
             if with_features:
                 self._commit_features(r, sr)
             if not self._connected:
-                asked.append((i, None))
+                asked.append((i, Missing(MissingReason.DISCONNECTED)))
                 continue
             accepted = max(0, min(r.drafted, sr.num_sampled - 1)) if start else 0
             asked.append((i, ProposeItem(r.wire_id, sr.new_tokens, accepted, sr.length,
@@ -221,13 +243,14 @@ class DraftSession:
             return out
         self.counters.rounds += 1
         self.counters.items += len(asked)
-        items = [it for _, it in asked if it is not None]
-        if self._connected:
+        items = [it for _, it in asked if isinstance(it, ProposeItem)]
+        got: list[Drafts | Missing] = []
+        if items:
             sent = time.monotonic()
-            answers = self._ask(items)
+            got = self._ask(items)
             self.last_round_s = time.monotonic() - sent
-        else:
-            answers = [Missing(MissingReason.DISCONNECTED)] * len(asked)
+        replies = iter(got)
+        answers = [next(replies) if isinstance(it, ProposeItem) else it for _, it in asked]
         for (i, _), ans in zip(asked, answers, strict=True):
             r = self._reqs[reqs[i].req_id]
             r.drafted = 0

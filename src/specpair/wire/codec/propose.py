@@ -40,8 +40,9 @@ _F32_MAX = 3.4028234663852886e38
 def check_params(rid: int, p: RequestParams) -> None:
     """Raise BadParams for params no law could mean (NaN, inf, negative, top_p outside (0, 1]):
     the frame's structure. The domain itself (``specpair.sampling.check_params_domain``,
-    docs/core.md) is the drafter's to check per item: outside it, that item is REFUSED alone
-    while the rest of its round is drafted (docs/wire.md section 3.3)."""
+    docs/core.md) is checked per request: by the target's session before sending, and by the
+    drafter per item; outside it, that request is REFUSED alone while the rest of its round is
+    drafted (docs/wire.md section 3.3)."""
     if not (math.isfinite(p.temperature) and 0 <= p.temperature <= _F32_MAX):
         raise BadParams(f"request {rid}: temperature {p.temperature} must be finite and >= 0")
     if not 0 < p.top_p <= 1:  # False for NaN
