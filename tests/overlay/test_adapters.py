@@ -253,3 +253,4 @@ def test_v1_q_rows_scatter_sparse_q_and_clear_what_the_last_step_wrote():
             if d is not None:
                 torch.testing.assert_close(got[i, :k], qlaw.probs(d, V), rtol=2**-23, atol=0)
             assert not got[i, k:].any()
+    assert not q.buf[1:].any()  # rows past the last (one-request) step hold nothing stale
