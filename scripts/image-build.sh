@@ -137,6 +137,9 @@ if got != len(want):
 PY
 echo ">> $(ls "$offer" | wc -l) wheels ready ($(du -sh "$offer" | cut -f1)) in $(( $(date +%s) - s ))s"
 
+# Intel OpenMP preloaded in the cpu target (src/specpair/vllm/cpu_env.py); no such library on gb10.
+target_ld_preload=
+if [ "$role/$profile" = target/cpu ]; then target_ld_preload=/opt/venv/lib/libiomp5.so; fi
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
@@ -149,6 +152,7 @@ buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
   --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}" \
   --build-arg SOURCE_URL="https://github.com/specpair/specpair" \
   --build-arg REVISION="$revision" --build-arg VERSION="$version" \
+  --build-arg TARGET_LD_PRELOAD="$target_ld_preload" \
   -v "$(realpath "$offer"):/run/specpair/wheels:ro" \
   "$ctx"
 iid=$(cat "$iid_file")

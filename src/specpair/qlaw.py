@@ -29,8 +29,8 @@ import torch
 from specpair.errors import InvalidProposal
 from specpair.proposal import Proposal, QKind
 
-__all__ = ["Drafts", "widen", "widen_rows", "renormalize_", "logq", "probs", "scaled_logits",
-           "proposal_logq", "draft_logq"]
+__all__ = ["Drafts", "widen", "widen_rows", "renormalize_", "logq", "probs", "sparse_probs",
+           "scaled_logits", "proposal_logq", "draft_logq"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,21 @@ def probs(d: Drafts, vocab_size: int, out: torch.Tensor | None = None) -> torch.
     """[k, V] fp32 q = exp(log q): Model Runner V1's post-temperature draft probabilities."""
     lq = logq(d, vocab_size, out)
     return torch.exp(lq, out=lq)
+
+
+def sparse_probs(q_logp: torch.Tensor, q_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """SPARSE rows [N, S] (shipped log q, int64 ids, -1 = padding) to (ids, q) [N, S]: q =
+    exp(log q) of each support id, for Model Runner V1's q rows written at the support only
+    (the caller keeps them 0 elsewhere); padding repeats column 0's id and value.
+
+    The law of ``probs``: log q renormalized in float64, cast to fp32, exponentiated. Only the
+    logsumexp runs over the S support values instead of the widened row (whose other columns
+    add exp(-inf) = 0), so a value may differ from ``probs``' in the last fp32 bit (another
+    summation order; tests/core/test_qlaw.py bounds it)."""
+    assert q_logp.shape == q_ids.shape and q_logp.ndim == 2 and q_ids.dtype == torch.int64
+    valid = q_ids >= 0
+    q = renormalize_(q_logp.to(torch.float64).masked_fill_(~valid, float("-inf"))).float().exp_()
+    return torch.where(valid, q_ids, q_ids[:, :1]), torch.where(valid, q, q[:, :1])
 
 
 def scaled_logits(d: Drafts, vocab_size: int, temperature: float,

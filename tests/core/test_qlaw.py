@@ -112,6 +112,24 @@ def test_every_form_is_bit_identical_to_the_former_formulas(vocab_size):
                 assert torch.equal(qlaw.widen(d, vocab_size, out=buf[0]), wide)
 
 
+@pytest.mark.parametrize("vocab_size", [16, 4099, 129280])
+def test_sparse_probs_is_the_law_of_probs_at_the_support_only(vocab_size):
+    """V1's sparse q rows: scattered, equal to ``probs`` within 1 fp32 ulp (the logsumexp
+    sums the support alone), 0 off the support, and the ids returned clear them back to 0."""
+    for d in _laws(vocab_size, 0):
+        if d.kind != QKind.SPARSE:
+            continue
+        buf = torch.zeros(d.depth, vocab_size)
+        ids, q = qlaw.sparse_probs(d.q_logp, d.q_ids)
+        buf.scatter_(1, ids, q)
+        want = qlaw.probs(d, vocab_size)
+        assert torch.equal(buf == 0, want == 0)
+        torch.testing.assert_close(buf, want, rtol=2**-23, atol=0)
+        assert torch.equal(buf.sum(1).double().round(decimals=5), torch.ones(d.depth).double())
+        buf.scatter_(1, ids, 0.0)
+        assert not buf.any()
+
+
 def test_loopback_widening_is_unchanged():
     from wire_loopback import TrivialDrafter, trivial_hello
 

@@ -221,3 +221,36 @@ def test_v1_reuses_one_q_buffer_and_hands_over_only_new_tokens():
     second = proposer.source.batches[1]
     assert [it.new_tokens.tolist() for it in second] == [[4, 5]] and second[0].num_accepted == 1
     assert runner._draft_prob_req_ids == ["a", "b"]
+
+
+def test_v1_q_rows_scatter_sparse_q_and_clear_what_the_last_step_wrote():
+    """QRows against a fresh qlaw.probs per step: SPARSE (ragged supports), DENSE, POINT_MASS
+    and MISSING rows in any order leave no stale value behind, in one buffer."""
+    from specpair.vllm.v1 import QRows
+
+    g = torch.Generator().manual_seed(3)
+
+    def sparse(s: int, cut: int) -> Drafts:
+        ids = torch.stack([torch.randperm(V, generator=g)[:s] for _ in range(K)])
+        lp = torch.log_softmax(torch.randn(K, s, generator=g), -1)
+        ids[:, cut:] = -1  # padding after `cut` valid ids
+        lp = torch.where(ids >= 0, lp, float("-inf"))
+        return Drafts(ids[:, 0].clone(), QKind.SPARSE, lp - lp.logsumexp(-1, keepdim=True), ids)
+
+    dense = Drafts(torch.tensor([1, 2]), QKind.DENSE, torch.log_softmax(torch.randn(2, V), -1),
+                   None)
+    point = Drafts(torch.tensor([4, 5, 6]), QKind.POINT_MASS, None, None)
+    q = QRows(K, V, max_rows=4)
+    steps = [[sparse(9, 9), dense, None, point], [sparse(5, 2), sparse(9, 4), point],
+             [None, sparse(3, 3), sparse(7, 7)], [dense, None, point], [sparse(2, 1)]]
+    first = None
+    for drafts in steps:
+        got = q.write(drafts)
+        first = got.data_ptr() if first is None else first
+        assert got.data_ptr() == first and got.shape == (len(drafts), K, V)
+        for i, d in enumerate(drafts):
+            k = 0 if d is None else d.depth
+            if d is not None:
+                torch.testing.assert_close(got[i, :k], qlaw.probs(d, V), rtol=2**-23, atol=0)
+            assert not got[i, k:].any()
+    assert not q.buf[1:].any()  # rows past the last (one-request) step hold nothing stale

@@ -20,7 +20,9 @@ length, the new tokens right-padded to a common count, and an attention mask
 and RoPE exactly what they would be alone. Right-padding the new tokens means
 every padding query follows at least one real token of its row, so no query
 row is fully masked (which would put NaNs into the cache). After the last step
-each row's real slots are copied back into its own cache.
+each row's real slots are copied back into its own cache. A round of one row (B = 1) has
+no padding: its cache is fed in place and returned as it is, with no stacking or copy
+(the same values, fewer copies per round).
 """
 
 from __future__ import annotations
@@ -118,7 +120,10 @@ class HFDraftModel:
             pos[i] = r.start + torch.arange(t_max).clamp(max=n[i] - 1)
             mask[i, p_max - past[i]: p_max] = 1
             mask[i, p_max: p_max + n[i]] = 1
-        cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
+        if b == 1 and rows[0].cache is not None:
+            cache = rows[0].cache  # nothing to pad or stack: fed in place (finish returns it)
+        else:
+            cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
         out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
                          position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
         last = torch.tensor(n, device=dev) - 1
@@ -154,6 +159,8 @@ class _HFSession:
         return out.logits[:, -1].float().cpu()
 
     def finish(self) -> list[DynamicCache]:
+        if self.mask.shape[0] == 1:  # one row never has padding slots: its cache as it is
+            return [self.cache]
         real = self.mask.bool()  # [B, L]
         layers = [(layer.keys, layer.values) for layer in self.cache.layers]
         out = []

@@ -10,10 +10,12 @@ whole-batch point mass of drafts without q with ``drop_all_drafts``).
 Per step, for every running request, ``propose_remote`` hands the drafting
 session (``specpair.wire.session``) the committed tokens it asks for (a view of
 V1's CPU token table from ``needed_from`` on) and writes, per request, the
-post-temperature draft probabilities q [K, V] fp32 (``specpair.qlaw.probs``) that
-V1's rejection sampler reads next step (``runner._draft_probs`` /
-``_draft_prob_req_ids``) into one buffer reused every step. A request whose q is
-MISSING gets no drafts: its next step is target-only.
+post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
+reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``) into one
+buffer reused every step (``QRows``): kept 0 off the supports, so a SPARSE q is
+scattered at its support (``specpair.qlaw.sparse_probs``) and last step's support
+is cleared the same way; no [B, K, V] pass or tensor per step (bench/target_round.py).
+A request whose q is MISSING gets no drafts: its next step is target-only.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from typing import Any
 import torch
 
 from specpair import qlaw
+from specpair.proposal import QKind
 from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
 from specpair.wire.session import StepRequest
 
-__all__ = ["RemoteProposer", "propose_remote", "drop_drafts", "drop_all_drafts",
+__all__ = ["RemoteProposer", "QRows", "propose_remote", "drop_drafts", "drop_all_drafts",
            "VERIFY_COUNTERS"]
 
 log = logging.getLogger(__name__)
@@ -63,8 +66,7 @@ class RemoteProposer(LazyRemote):
         self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
-        # [rows, K, V] fp32 CPU: the q handed to V1's verifier, reused step after step
-        self._probs: torch.Tensor | None = None
+        self.q = QRows(self.depth, self.vocab_size, self.max_num_reqs)  # V1's q, reused
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
         self.connect_early()
 
@@ -87,13 +89,53 @@ class RemoteProposer(LazyRemote):
             self._seeds[req_id] = drafter_seed(seed)
         return self._seeds[req_id]
 
-    def q_rows(self, num_reqs: int) -> torch.Tensor:
-        """[num_reqs, K, V] fp32 rows of the one q buffer (grown, never shrunk)."""
-        rows = 0 if self._probs is None else self._probs.shape[0]
-        if rows < num_reqs:
-            rows = max(num_reqs, min(2 * rows, self.max_num_reqs))
-            self._probs = torch.empty(rows, self.depth, self.vocab_size, dtype=torch.float32)
-        return self._probs[:num_reqs]
+
+
+class QRows:
+    """The one [rows, K, V] fp32 q buffer handed to V1's verifier, 0 wherever no q of the
+    current step lies. SPARSE q (what drafters ship) is scattered at its support, all
+    requests of a step in one pass (``qlaw.sparse_probs``), and the flat offsets written are
+    kept, so the next step clears exactly those; DENSE / POINT_MASS rows (``qlaw.probs``) are
+    written and later cleared whole. Grown (to at most max_rows rows), never shrunk."""
+
+    def __init__(self, depth: int, vocab_size: int, max_rows: int) -> None:
+        self.depth, self.vocab_size, self.max_rows = depth, vocab_size, max_rows
+        self.buf = torch.zeros(0, depth, vocab_size, dtype=torch.float32)
+        self._sparse = torch.zeros(0, dtype=torch.int64)  # flat offsets written last step
+        self._whole: list[tuple[int, int]] = []  # (row, k): DENSE / POINT_MASS rows written
+
+    def write(self, drafts: list[qlaw.Drafts | None]) -> torch.Tensor:
+        """Row i := the q of drafts[i] at positions < its depth, 0 elsewhere; returns the
+        [len(drafts), K, V] view."""
+        n, k_max, v = len(drafts), self.depth, self.vocab_size
+        if self.buf.shape[0] < n:
+            rows = max(n, min(2 * self.buf.shape[0], self.max_rows))
+            self.buf = torch.zeros(rows, k_max, v, dtype=torch.float32)
+            self._sparse, self._whole = self._sparse[:0], []
+        flat = self.buf.view(-1)
+        flat.index_fill_(0, self._sparse, 0.0)
+        for i, k in self._whole:
+            self.buf[i, :k].zero_()
+        self._whole = []
+        groups: dict[int, list[tuple[int, qlaw.Drafts]]] = {}  # support width -> SPARSE drafts
+        for i, d in enumerate(drafts):
+            if d is None:
+                continue
+            if d.kind == QKind.SPARSE:
+                groups.setdefault(d.q_ids.shape[1], []).append((i, d))
+            else:
+                qlaw.probs(d, v, out=self.buf[i, : d.depth])
+                self._whole.append((i, d.depth))
+        written = []
+        for group in groups.values():
+            ids, q = qlaw.sparse_probs(torch.cat([d.q_logp for _, d in group]),
+                                       torch.cat([d.q_ids for _, d in group]))
+            rows = torch.cat([torch.arange(i * k_max, i * k_max + d.depth) for i, d in group])
+            offsets = (rows * v).unsqueeze(1) + ids
+            flat.scatter_(0, offsets.view(-1), q.view(-1))
+            written.append(offsets.view(-1))
+        self._sparse = torch.cat(written) if written else self._sparse[:0]
+        return self.buf[:n]
 
 
 def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> RequestParams:
@@ -129,19 +171,9 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     drafts = session.step(steps)
     proposer.metrics.publish(session)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
-    probs = proposer.q_rows(len(req_ids))
-    out: list[list[int]] = []
-    for i, d in enumerate(drafts):
-        k = 0 if d is None else d.depth
-        if d is not None:
-            qlaw.probs(d, proposer.vocab_size, out=probs[i, :k])
-            out.append(d.tokens.tolist())
-        else:
-            out.append([])
-        probs[i, k:].zero_()
-    runner._draft_probs = probs.to(runner.device)
+    runner._draft_probs = proposer.q.write(drafts).to(runner.device)
     runner._draft_prob_req_ids = req_ids
-    return out
+    return [[] if d is None else d.tokens.tolist() for d in drafts]
 
 
 def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Tensor,
