@@ -9,6 +9,13 @@ from a generator seeded with ``seed + epoch``). The same preset on the same corp
 thread count gives bit-identical files; ``--check`` compares them with the pinned hashes in
 ``PINNED_DIR/pair.json``.
 
+The target is grown from the trained draft (``_grown``): the two share width, heads and MLP
+width, so the target starts as the draft's embeddings, first layers and final norm, with its
+other layers' residual writes (``o_proj``, ``down_proj``) zero: at step 0 it computes exactly
+the draft's law, and its training adds depth to a model that already reads the corpus. (A
+14-layer target trained from scratch on the same loaded box reached a held-out-scale train
+loss of only 6.3 nats in the wall time the draft needed to reach 4.6.)
+
 Held-out metrics (written into ``pair.json``): each model's mean cross-entropy (nats/token)
 over non-overlapping ``seq_len`` windows of the held-out stream, and two acceptance estimates
 of drafting the target with the draft: the mean over positions of sum_x min(p(x), q(x)) (the
@@ -23,13 +30,11 @@ import dataclasses
 import hashlib
 import json
 import math
-import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +78,10 @@ class TrainConfig:
 
 
 PRESETS = {
-    "full": TrainConfig(target=ModelShape(192, 14, 3, 512, steps=80, lr=4e-3),
+    "full": TrainConfig(target=ModelShape(128, 14, 4, 384, steps=30, lr=1e-3),
                         draft=ModelShape(128, 1, 4, 384, steps=400, lr=5e-3)),
     # Seconds, for the determinism test: not a useful model.
-    "smoke": TrainConfig(target=ModelShape(64, 2, 2, 128, steps=4, lr=3e-3),
+    "smoke": TrainConfig(target=ModelShape(64, 3, 2, 128, steps=4, lr=3e-3),
                          draft=ModelShape(64, 1, 2, 128, steps=3, lr=3e-3),
                          vocab_size=512, seq_len=32, batch=4, warmup=2, eval_tokens=256,
                          max_files=4),
@@ -125,10 +130,23 @@ def _lr(shape: ModelShape, warmup: int, step: int) -> float:
     return shape.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
 
 
-def _train_model(cfg: TrainConfig, shape: ModelShape, stream: torch.Tensor, seed: int,
-                 name: str, log) -> tuple[LlamaForCausalLM, float]:
+def _grown(cfg: TrainConfig, shape: ModelShape, draft: LlamaForCausalLM, seed: int):
+    """A ``shape`` model computing ``draft``'s law: the draft's tensors where names match, the
+    other layers seeded with their residual writes zeroed."""
     torch.manual_seed(seed)
     model = LlamaForCausalLM(llama_config(cfg, shape))
+    src = draft.state_dict()
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if name in src:
+                t.copy_(src[name])
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                t.zero_()
+    return model
+
+
+def _train_model(cfg: TrainConfig, model: LlamaForCausalLM, shape: ModelShape,
+                 stream: torch.Tensor, name: str, log) -> tuple[LlamaForCausalLM, float]:
     model.config.use_cache = False
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -153,14 +171,6 @@ def _train_model(cfg: TrainConfig, shape: ModelShape, stream: torch.Tensor, seed
     model.eval()
     model.config.use_cache = True
     return model, sum(recent) / len(recent)
-
-
-def _train_in_child(cfg: TrainConfig, shape: ModelShape, stream: torch.Tensor,
-                    seed: int) -> tuple[dict[str, torch.Tensor], float]:
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    with _pinned_torch(cfg.threads):
-        model, loss = _train_model(cfg, shape, stream, seed, "draft", log)
-    return model.state_dict(), loss
 
 
 @torch.no_grad()
@@ -244,15 +254,13 @@ def train_pair(out: Path, preset: str = "full", *, force: bool = False,
         held_stream = _stream(tok, corpus.texts(files, "heldout"))
         log(f"corpus: {len(files)} files, {train_stream.numel()} train tokens, "
             f"{held_stream.numel()} held-out tokens")
-        # The draft trains in a child process (one thread too) while the target trains here.
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            child = pool.submit(_train_in_child, cfg, cfg.draft, train_stream, cfg.seed + 1)
-            target, target_train = _train_model(cfg, cfg.target, train_stream, cfg.seed,
-                                                "target", log)
-            draft_state, draft_train = child.result()
-        draft = LlamaForCausalLM(llama_config(cfg, cfg.draft))
-        draft.load_state_dict(draft_state)
-        draft.eval()
+        torch.manual_seed(cfg.seed + 1)
+        draft, draft_train = _train_model(
+            cfg, LlamaForCausalLM(llama_config(cfg, cfg.draft)), cfg.draft, train_stream,
+            "draft", log)
+        target, target_train = _train_model(
+            cfg, _grown(cfg, cfg.target, draft, cfg.seed), cfg.target, train_stream, "target",
+            log)
         metrics = _evaluate(cfg, target, draft, held_stream)
         metrics |= {"target_train_loss": round(target_train, 4),
                     "draft_train_loss": round(draft_train, 4),
