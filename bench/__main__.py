@@ -7,6 +7,7 @@ MODULES = [
     "bench.verify",  # verifier cost by q encoding vs one log-softmax pass
     "bench.wire",  # wire bytes, encode+decode and loopback round trip: SPARSE vs DENSE
     "bench.limits",  # two targets on one drafter (fairness); memory of 3000 held requests
+    "bench.models",  # decode step of the trained pair: target vs draft
 ]
 
 for name in MODULES:
