@@ -8,6 +8,7 @@ MODULES = [
     "bench.target_round",  # target-side round under V1: wire decode, q build, bookkeeping
     "bench.wire",  # wire bytes, encode+decode and loopback round trip: SPARSE vs DENSE
     "bench.limits",  # two targets on one drafter (fairness); memory of 3000 held requests
+    "bench.models",  # decode step of the trained pair: target vs draft
 ]
 
 for name in MODULES:

@@ -33,6 +33,8 @@
 # context's own src/) and copied in: the files are architecture-independent (the same seed gives
 # bit-identical files), and torch cannot compute inside an emulated arm64 build (oneDNN's
 # xbyak_aarch64 cannot read MIDR_EL1 under qemu and the step dies with exit 139).
+# The trained pair the default commands serve is not made here: it is the committed models/trained
+# (docs/models.md), copied into the context with the other tracked files.
 # linux/arm64 (gb10) on another architecture runs under qemu: scripts/arm64-emulation.sh sets it
 # up (or names what is missing) first.
 # The same commit, lock and arguments give the same image ID, whatever the store or cache.
@@ -80,6 +82,7 @@ else
   rm -rf "$ctx"
   mkdir -p "$ctx/build/images"
   git ls-files -z -- pyproject.toml README.md src tests images/lock "images/$role" overlays \
+    models/trained \
     | xargs -0 cp --parents -t "$ctx"
   ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
   # The tiny pair from the snapshot's own source (see above: no torch compute in the build).
@@ -89,7 +92,7 @@ else
          exit 1; }
   chmod -R u=rwX,go=rX "$ctx/models"
   revision=$(git rev-parse HEAD)
-  git diff --quiet HEAD -- pyproject.toml README.md src tests images overlays \
+  git diff --quiet HEAD -- pyproject.toml README.md src tests images overlays models/trained \
     || revision="$revision-dirty"
   echo "$revision" > "$ctx/.revision"
 fi

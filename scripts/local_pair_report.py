@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-PROMPT = "ba be bi bo bu da de di do du ."  # words of the tiny pair's WordLevel vocabulary
+PROMPT = "import os\n\n\ndef read_config(path):\n    "  # Python: the trained pair (docs/models.md)
 
 
 def _get(url: str, timeout: float = 5.0) -> str:

