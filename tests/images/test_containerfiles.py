@@ -135,3 +135,25 @@ def test_compose_files_validate(path, tmp_path):
     proc = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def _build_arg_names(segment: str) -> set[str]:
+    return set(re.findall(r"--build-arg (\w+)=", segment))
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_the_build_passes_exactly_the_args_the_containerfile_declares(role):
+    """buildah warns "one or more build args were not consumed" about any other (checked with
+    buildah 1.28.2: an arg no built stage declares is named, one declared anywhere is not)."""
+    script = (ROOT / "scripts" / "image-build.sh").read_text()
+    common = re.search(r"^build_args=\((.*?)\)$", script, re.S | re.M)
+    target_only = re.search(
+        r'^if \[ "\$role" = target \]; then\n  build_args\+=\((.*?)\)$', script, re.S | re.M)
+    assert common and target_only, "image-build.sh's build_args blocks moved"
+    passed = _build_arg_names(common.group(1))
+    if role == "target":
+        passed |= _build_arg_names(target_only.group(1))
+    declared = set(re.findall(r"^ARG (\w+)", CONTAINERFILES[role].read_text(), re.M))
+    assert passed == declared, (f"{role}: passed but not declared {sorted(passed - declared)}, "
+                                f"declared but not passed {sorted(declared - passed)}")
+    assert '"${build_args[@]}"' in script
