@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Talk to the local pair's vLLM target (stdlib only; run by scripts/local-pair.sh).
 
-  wait      poll GET /health until it answers 200 (exit 1 after --timeout seconds)
+  wait      poll GET /health until it answers 200 (exit 1 after --timeout seconds); the time
+            it reports counts from --since (a Unix time: the start of the caller's whole wait,
+            of which this call may be one of many), else from its own start
   complete  send one real completion (temperature 1, seeded), then print the text and vLLM's
             speculative-decoding figures from /metrics: drafts, draft tokens, accepted tokens,
             acceptance rate, mean accepted length per round, accepted per draft position.
@@ -26,13 +28,13 @@ def _get(url: str, timeout: float = 5.0) -> str:
         return r.read().decode()
 
 
-def wait(port: int, timeout: float) -> int:
+def wait(port: int, timeout: float, since: float | None = None) -> int:
+    since = time.time() if since is None else since
     deadline = time.monotonic() + timeout
-    start = time.monotonic()
     while time.monotonic() < deadline:
         try:
             _get(f"http://127.0.0.1:{port}/health", 2.0)
-            print(f">> target healthy (waited {time.monotonic() - start:.0f}s here)")
+            print(f">> target healthy after {time.time() - since:.0f}s")
             return 0
         except (urllib.error.URLError, OSError):
             time.sleep(2)
@@ -108,13 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wait", help="wait until the target's /health answers")
     w.add_argument("--port", type=int, required=True)
     w.add_argument("--timeout", type=float, default=300.0)
+    w.add_argument("--since", type=float, default=None,
+                   help="Unix time the reported wait counts from (default: now)")
     c = sub.add_parser("complete", help="one completion, then the acceptance figures")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--drafter-metrics-port", type=int, default=None)
     c.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args(argv)
     if args.cmd == "wait":
-        return wait(args.port, args.timeout)
+        return wait(args.port, args.timeout, args.since)
     return complete(args.port, args.drafter_metrics_port, args.max_tokens)
 
 
