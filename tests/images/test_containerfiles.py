@@ -157,3 +157,18 @@ def test_the_build_passes_exactly_the_args_the_containerfile_declares(role):
     assert passed == declared, (f"{role}: passed but not declared {sorted(passed - declared)}, "
                                 f"declared but not passed {sorted(declared - passed)}")
     assert '"${build_args[@]}"' in script
+
+
+@pytest.mark.parametrize("path", COMPOSE, ids=lambda p: p.name)
+def test_the_metrics_directory_is_a_tmpfs_of_the_service_that_writes_there(path):
+    """vLLM's engine opens its metric files in PROMETHEUS_MULTIPROC_DIR at start: a service
+    without that directory fails to start (the target crash-looped with FileNotFoundError on
+    /run/specpair-metrics when the tmpfs sat on the drafter instead)."""
+    for name, svc in yaml.safe_load(path.read_text())["services"].items():
+        env = svc.get("environment") or {}
+        wanted = env.get("PROMETHEUS_MULTIPROC_DIR") if isinstance(env, dict) else None
+        mounts = svc.get("tmpfs") or []
+        if wanted:
+            assert wanted in mounts, f"{path.name}:{name}: {wanted} is not a tmpfs"
+        else:
+            assert "/run/specpair-metrics" not in mounts, f"{path.name}:{name}: a stray tmpfs"
