@@ -21,6 +21,8 @@ import urllib.error
 import urllib.request
 
 PROMPT = "ba be bi bo bu da de di do du ."  # words of the tiny pair's WordLevel vocabulary
+# 48 tokens take seconds on an idle 2-core box; 120 s ran out on one loaded ~15x over.
+COMPLETION_TIMEOUT_S = 300
 
 
 def _get(url: str, timeout: float = 5.0) -> str:
@@ -65,8 +67,13 @@ def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> in
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
-    with urllib.request.urlopen(req, timeout=120) as r:
-        answer = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=COMPLETION_TIMEOUT_S) as r:
+            answer = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as err:  # timeouts are OSErrors
+        print(f"error: the completion failed after {time.monotonic() - t0:.0f}s: {err}",
+              file=sys.stderr)
+        return 1
     seconds = time.monotonic() - t0
     choice = answer["choices"][0]
     print(f">> completion ({answer['usage']['completion_tokens']} tokens in {seconds:.2f}s, "
