@@ -123,7 +123,7 @@ image-prune: ## Remove untagged specpair images (Docker, buildah store) no conta
 	scripts/image-prune.sh
 
 .PHONY: image-test
-image-test: venv ## The image part of `make test` (verify, gates, power check).
+image-test: venv ## The image part of `make test` (verify, gates, power check, restart).
 	scripts/disk-check.sh $(IMAGE_TEST_GB) "make image-test" build /var/lib/docker
 	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
 	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify rtx3090-drafter gb10-target
@@ -131,6 +131,11 @@ image-test: venv ## The image part of `make test` (verify, gates, power check).
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
 	  $(MAKE) --no-print-directory gates-nofix
+	$(MAKE) --no-print-directory pair-test
+
+.PHONY: pair-test
+pair-test: venv image-tools ## The `make up` pair in containers: a killed drafter comes back, drafts flow again.
+	SPECPAIR_PAIR_TESTS=1 $(PY) -m pytest tests/images/test_pair_restart.py -v -s
 
 ##@ Gates
 

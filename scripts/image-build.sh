@@ -140,22 +140,27 @@ if got != len(want):
 PY
 echo ">> $(ls "$offer" | wc -l) wheels ready ($(du -sh "$offer" | cut -f1)) in $(( $(date +%s) - s ))s"
 
-# Intel OpenMP preloaded in the cpu target (src/specpair/vllm/cpu_env.py); no such library on gb10.
-target_ld_preload=
-if [ "$role/$profile" = target/cpu ]; then target_ld_preload=/opt/venv/lib/libiomp5.so; fi
+# Exactly the ARGs the role's Containerfile declares (buildah warns "build args were not
+# consumed" about any other): the target alone records the vLLM release and the overlay.
+build_args=(--build-arg PROFILE="$profile" --build-arg BASE_TAR="$base"
+            --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH"
+            --build-arg SOURCE_URL="https://github.com/specpair/specpair"
+            --build-arg REVISION="$revision" --build-arg VERSION="$version")
+if [ "$role" = target ]; then
+  build_args+=(--build-arg VLLM_VERSION="$VLLM_VERSION" --build-arg OVERLAY_ID="$overlay_id"
+               --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}")
+  # Intel OpenMP preloaded in the cpu target (src/specpair/vllm/cpu_env.py); none on gb10.
+  target_ld_preload=
+  if [ "$profile" = cpu ]; then target_ld_preload=/opt/venv/lib/libiomp5.so; fi
+  build_args+=(--build-arg TARGET_LD_PRELOAD="$target_ld_preload")
+fi
+
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
   --file "$ctx/images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
   --target "$stage" --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
-  --timestamp "$SOURCE_DATE_EPOCH" \
-  --build-arg PROFILE="$profile" --build-arg BASE_TAR="$base" \
-  --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
-  --build-arg VLLM_VERSION="$VLLM_VERSION" --build-arg OVERLAY_ID="$overlay_id" \
-  --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}" \
-  --build-arg SOURCE_URL="https://github.com/specpair/specpair" \
-  --build-arg REVISION="$revision" --build-arg VERSION="$version" \
-  --build-arg TARGET_LD_PRELOAD="$target_ld_preload" \
+  --timestamp "$SOURCE_DATE_EPOCH" "${build_args[@]}" \
   -v "$(realpath "$offer"):/run/specpair/wheels:ro" \
   "$ctx"
 iid=$(cat "$iid_file")

@@ -5,13 +5,18 @@
 #                                     send one real completion, print vLLM's acceptance figures
 #        scripts/local-pair.sh down   stop and remove the pair
 # Environment: SPECPAIR_TARGET_PORT [8360], SPECPAIR_DRAFTER_PORT [7360],
-#   SPECPAIR_METRICS_PORT [9360], SPECPAIR_DEPTH [3], UP_TIMEOUT_S [300]; image build variables
-#   as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE).
+#   SPECPAIR_METRICS_PORT [9360], SPECPAIR_DEPTH [3], UP_TIMEOUT_S [300],
+#   SPECPAIR_PROJECT [specpair-local] (the compose project: another name, other ports and
+#   another SPECPAIR_KEY_FILE run a second pair beside the first, as tests/images/
+#   test_pair_restart.py does), SPECPAIR_KEY_FILE [build/up/specpair.key]; image build
+#   variables as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE).
+# Every step prints its time when it ends, and a line every 10 s while it runs silent; `up`
+# ends with the time of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cmd=${1:?usage: scripts/local-pair.sh up|down}
-project=specpair-local
+project=${SPECPAIR_PROJECT:-specpair-local}
 compose_file=compose/local-cpu.yml
 export SPECPAIR_KEY_FILE=${SPECPAIR_KEY_FILE:-$PWD/build/up/specpair.key}
 export SPECPAIR_TARGET_PORT=${SPECPAIR_TARGET_PORT:-8360}
@@ -23,6 +28,35 @@ SPECPAIR_VERSION=$(scripts/image-tag.sh --version)
 export SPECPAIR_VERSION
 compose() { docker-compose --project-name "$project" --file "$compose_file" "$@"; }
 
+# step NAME CMD...: run CMD (stderr merged into stdout), passing its output through; after 10 s
+# without a line, print how long the step has run, again every 10 s; then NAME's time.
+steps=()
+step() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  set +e
+  "$@" 2>&1 | while :; do
+    IFS= read -r -t 10 line; rc=$?
+    if [ "$rc" = 0 ]; then
+      printf '%s\n' "$line"
+    elif [ "$rc" -gt 128 ]; then  # 10 s of silence (a partial line is printed as it is)
+      [ -z "$line" ] || printf '%s\n' "$line"
+      echo "   .. $name: $((SECONDS - t0))s"
+    else
+      [ -z "$line" ] || printf '%s\n' "$line"
+      break
+    fi
+  done
+  rc=${PIPESTATUS[0]}
+  set -e
+  steps+=("$name $((SECONDS - t0))s")
+  if [ "$rc" != 0 ]; then
+    echo "error: $name failed (exit $rc) after $((SECONDS - t0))s" >&2
+    exit "$rc"
+  fi
+  echo ">> $name: done in $((SECONDS - t0))s"
+}
+
 case "$cmd" in
   down)
     if ! command -v docker-compose >/dev/null || ! docker info >/dev/null 2>&1; then
@@ -30,18 +64,21 @@ case "$cmd" in
       exit 0
     fi
     [ -f "$SPECPAIR_KEY_FILE" ] || SPECPAIR_KEY_FILE=/dev/null  # compose needs a value to parse
-    compose down --timeout 10
+    step "stop the pair" compose down --timeout 10
     exit 0 ;;
   up) ;;
   *) echo "error: unknown command '$cmd' (up|down)" >&2; exit 2 ;;
 esac
+t_up=$SECONDS
 
-scripts/image-tools.sh
+step "image tools" scripts/image-tools.sh
 for role in drafter target; do
   tag=$(scripts/image-tag.sh "$role" cpu)
-  if ! docker image inspect "$tag" >/dev/null 2>&1; then
+  if docker image inspect "$tag" >/dev/null 2>&1; then
+    echo ">> $tag: in Docker already"
+  else
     echo ">> $tag missing: building it"
-    scripts/image-build.sh "$role" cpu
+    step "build $tag" scripts/image-build.sh "$role" cpu
   fi
 done
 
@@ -55,8 +92,10 @@ if [ -n "$(find "$SPECPAIR_KEY_FILE" -perm /077)" ]; then  # the drafter and tar
   echo ">> $SPECPAIR_KEY_FILE was readable by others: now mode 0600"
 fi
 
-echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT)"
-compose up --detach
+echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT;" \
+  "compose waits for the drafter's /healthz before it starts the target)"
+t_pair=$(date +%s.%N)
+step "start the pair" compose up --detach
 fail() {
   compose ps
   compose logs --no-color --tail 40
@@ -65,19 +104,36 @@ fail() {
 }
 # Both services restart unless stopped (compose/local-cpu.yml): a service that restarts while
 # the pair comes up is crash-looping, a failure like one that exits.
-restarts() { docker inspect --format '{{.RestartCount}}' "$(compose ps -q "$1")" 2>/dev/null || echo 0; }
+# The containers, looked up once (a restart keeps its container; docker-compose is slow to ask).
+declare -A cid=([drafter]=$(compose ps -q drafter) [target]=$(compose ps -q target))
+restarts() { docker inspect --format '{{.RestartCount}}' "${cid[$1]}" 2>/dev/null || echo 0; }
+health() { docker inspect --format '{{.State.Health.Status}}' "${cid[$1]}" 2>/dev/null || echo gone; }
 declare -A restarts0=([drafter]=$(restarts drafter) [target]=$(restarts target))
-deadline=$(( $(date +%s) + ${UP_TIMEOUT_S:-300} ))
+# The health wait: its figures count from the start of the wait (and of the pair's start),
+# however many probes it took.
+t_wait=$SECONDS
+deadline=$(( SECONDS + ${UP_TIMEOUT_S:-300} ))
+next=$(( SECONDS + 10 ))
 until python3 scripts/local_pair_report.py wait --port "$SPECPAIR_TARGET_PORT" --timeout 4 \
-      2>/dev/null; do
+      --since "$t_pair" 2>/dev/null; do
   for svc in drafter target; do
-    state=$(docker inspect --format '{{.State.Status}}' "$(compose ps -q "$svc")" 2>/dev/null || true)
+    state=$(docker inspect --format '{{.State.Status}}' "${cid[$svc]}" 2>/dev/null || true)
     [ "$state" = running ] || fail "the $svc container is ${state:-gone}"
     n=$(restarts "$svc")
     [ "$n" -le "${restarts0[$svc]}" ] || fail "the $svc container restarted $((n - restarts0[$svc])) time(s)"
   done
-  [ "$(date +%s)" -lt "$deadline" ] || fail "the target was not healthy within ${UP_TIMEOUT_S:-300}s"
+  [ "$SECONDS" -lt "$deadline" ] || fail "the target was not healthy within ${UP_TIMEOUT_S:-300}s"
+  if [ "$SECONDS" -ge "$next" ]; then
+    echo "   .. waiting for the target's /health: $((SECONDS - t_wait))s (containers: drafter" \
+      "$(health drafter), target $(health target))"
+    next=$(( SECONDS + 10 ))
+  fi
 done
-python3 scripts/local_pair_report.py complete --port "$SPECPAIR_TARGET_PORT" \
-  --drafter-metrics-port "$SPECPAIR_METRICS_PORT"
+echo ">> waited $((SECONDS - t_wait))s for the target's /health (the figure above counts from" \
+  "the start of the pair)"
+steps+=("target health $((SECONDS - t_wait))s")
+step "one completion" python3 scripts/local_pair_report.py complete \
+  --port "$SPECPAIR_TARGET_PORT" --drafter-metrics-port "$SPECPAIR_METRICS_PORT"
+summary=$(printf '%s, ' "${steps[@]}")
+echo ">> step times: ${summary%, }; total $((SECONDS - t_up))s"
 echo ">> the pair is up: http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"tiny\"); make down stops it"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Talk to the local pair's vLLM target (stdlib only; run by scripts/local-pair.sh).
 
-  wait      poll GET /health until it answers 200 (exit 1 after --timeout seconds)
+  wait      poll GET /health until it answers 200 (exit 1 after --timeout seconds); the time
+            it reports counts from --since (a Unix time: the start of the caller's whole wait,
+            of which this call may be one of many), else from its own start
   complete  send one real completion (temperature 1, seeded), then print the text and vLLM's
             speculative-decoding figures from /metrics: drafts, draft tokens, accepted tokens,
             acceptance rate, mean accepted length per round, accepted per draft position.
@@ -19,6 +21,8 @@ import urllib.error
 import urllib.request
 
 PROMPT = "import os\n\n\ndef read_config(path):\n    "  # Python: the trained pair (docs/models.md)
+# 48 tokens take seconds on an idle 2-core box; 120 s ran out on one loaded ~15x over.
+COMPLETION_TIMEOUT_S = 300
 
 
 def _get(url: str, timeout: float = 5.0) -> str:
@@ -26,13 +30,13 @@ def _get(url: str, timeout: float = 5.0) -> str:
         return r.read().decode()
 
 
-def wait(port: int, timeout: float) -> int:
+def wait(port: int, timeout: float, since: float | None = None) -> int:
+    since = time.time() if since is None else since
     deadline = time.monotonic() + timeout
-    start = time.monotonic()
     while time.monotonic() < deadline:
         try:
             _get(f"http://127.0.0.1:{port}/health", 2.0)
-            print(f">> target healthy (waited {time.monotonic() - start:.0f}s here)")
+            print(f">> target healthy after {time.time() - since:.0f}s")
             return 0
         except (urllib.error.URLError, OSError):
             time.sleep(2)
@@ -63,8 +67,13 @@ def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> in
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
-    with urllib.request.urlopen(req, timeout=120) as r:
-        answer = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=COMPLETION_TIMEOUT_S) as r:
+            answer = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as err:  # timeouts are OSErrors
+        print(f"error: the completion failed after {time.monotonic() - t0:.0f}s: {err}",
+              file=sys.stderr)
+        return 1
     seconds = time.monotonic() - t0
     choice = answer["choices"][0]
     print(f">> completion ({answer['usage']['completion_tokens']} tokens in {seconds:.2f}s, "
@@ -108,13 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wait", help="wait until the target's /health answers")
     w.add_argument("--port", type=int, required=True)
     w.add_argument("--timeout", type=float, default=300.0)
+    w.add_argument("--since", type=float, default=None,
+                   help="Unix time the reported wait counts from (default: now)")
     c = sub.add_parser("complete", help="one completion, then the acceptance figures")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--drafter-metrics-port", type=int, default=None)
     c.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args(argv)
     if args.cmd == "wait":
-        return wait(args.port, args.timeout)
+        return wait(args.port, args.timeout, args.since)
     return complete(args.port, args.drafter_metrics_port, args.max_tokens)
 
 

@@ -135,3 +135,46 @@ def test_compose_files_validate(path, tmp_path):
     proc = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+BUILDAH_PLATFORM_ARGS = {"TARGETPLATFORM", "TARGETOS", "TARGETARCH"}
+
+
+def _build_arg_names(segment: str) -> set[str]:
+    return set(re.findall(r"--build-arg (\w+)=", segment))
+
+
+@pytest.mark.parametrize("role", sorted(CONTAINERFILES))
+def test_the_build_passes_exactly_the_args_the_containerfile_declares(role):
+    """buildah warns "one or more build args were not consumed" about any other, its own
+    --platform args included (checked with buildah 1.28.2: an arg no built stage declares is
+    named, one declared anywhere, before the first FROM too, is not)."""
+    script = (ROOT / "scripts" / "image-build.sh").read_text()
+    common = re.search(r"^build_args=\((.*?)\)$", script, re.S | re.M)
+    target_only = re.search(
+        r'^if \[ "\$role" = target \]; then\n  build_args\+=\((.*?)\)$', script, re.S | re.M)
+    assert common and target_only, "image-build.sh's build_args blocks moved"
+    passed = _build_arg_names(common.group(1))
+    if role == "target":
+        passed |= _build_arg_names(target_only.group(1))
+    declared = set(re.findall(r"^ARG (\w+)", CONTAINERFILES[role].read_text(), re.M))
+    assert declared >= BUILDAH_PLATFORM_ARGS, f"{role}: buildah would warn about them"
+    declared -= BUILDAH_PLATFORM_ARGS  # buildah's own (--platform), not passed by the script
+    assert passed == declared, (f"{role}: passed but not declared {sorted(passed - declared)}, "
+                                f"declared but not passed {sorted(declared - passed)}")
+    assert '"${build_args[@]}"' in script
+
+
+@pytest.mark.parametrize("path", COMPOSE, ids=lambda p: p.name)
+def test_the_metrics_directory_is_a_tmpfs_of_the_service_that_writes_there(path):
+    """vLLM's engine opens its metric files in PROMETHEUS_MULTIPROC_DIR at start: a service
+    without that directory fails to start (the target crash-looped with FileNotFoundError on
+    /run/specpair-metrics when the tmpfs sat on the drafter instead)."""
+    for name, svc in yaml.safe_load(path.read_text())["services"].items():
+        env = svc.get("environment") or {}
+        wanted = env.get("PROMETHEUS_MULTIPROC_DIR") if isinstance(env, dict) else None
+        mounts = svc.get("tmpfs") or []
+        if wanted:
+            assert wanted in mounts, f"{path.name}:{name}: {wanted} is not a tmpfs"
+        else:
+            assert "/run/specpair-metrics" not in mounts, f"{path.name}:{name}: a stray tmpfs"

@@ -96,3 +96,30 @@ def test_must_fail_names_the_gate_that_has_to_catch_the_bug(gates_report, tmp_pa
     cases = gates_report.read_cases(_xml(tmp_path, ("test_attestation_gate", "failed"),
                                          ("test_vllm_sampling_gate", "failed")))
     assert gates_report.verdict(cases, 1, "attestation|vllm_sampling", ("vllm_sampling",))[0]
+
+
+def test_the_health_wait_counts_from_the_start_of_the_whole_wait(pair_report, capsys):
+    """scripts/local-pair.sh probes in many short calls: each reports the time since --since."""
+    import http.server
+    import threading
+    import time
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert pair_report.wait(port, 5.0, since=time.time() - 42) == 0
+        assert ">> target healthy after 42s" in capsys.readouterr().out
+        assert pair_report.wait(port, 5.0) == 0
+        assert ">> target healthy after 0s" in capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()
