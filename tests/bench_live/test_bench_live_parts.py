@@ -180,3 +180,27 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
         err = capsys.readouterr().err
         assert exit_.value.code == 4 and len(err.strip().splitlines()) == 1, err
         assert message in err
+
+
+def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_path, capsys):
+    pair = tmp_path / "pair"
+    (pair / "target").mkdir(parents=True)
+    (pair / "target" / "config.json").write_text('{"vocab_size": 64}')
+    work = tmp_path / "live-work"
+    work.mkdir()
+    (work / "run.json").write_text(json.dumps({"pair": str(pair), "title": "t"}))
+    counters = {"drafts": 30.0, "draft_tokens": 90.0, "accepted": 30.0,
+                "per_pos": [18.0, 9.0, 3.0], "round_s_count": 8.0, "round_s_sum": 0.04,
+                "drafter_s_count": 8.0, "drafter_s_sum": 0.03}
+    ms = [_m("target_only", r, 100.0 + r, phase=p, conc=c)
+          for p in ("A", "B") for r in (0, 1) for c in (1, 4)]
+    ms += [_m("specpair_sampled", r, 90.0, conc=c, counters=counters)
+           for r in (0, 1) for c in (1, 4)]
+    (work / "measurements.jsonl").write_text("".join(json.dumps(m) + "\n" for m in ms))
+    assert live_main(["--report-only", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "live.json").read_text())
+    check_rows(doc["rows"])
+    assert len(doc["rows"]) == 4 and all(r["model"] is not None for r in doc["rows"])
+    assert "specpair_sampled" in out and "target-only drift" in out
+    assert (tmp_path / "live.png").read_bytes()[:4] == b"\x89PNG"
