@@ -79,12 +79,15 @@ def streams(port: int, model: str, prompts: list[str], max_tokens: int, temperat
     return out  # type: ignore[return-value]
 
 
-# vLLM's speculative-decoding counters (``_total`` samples), and specpair's round times.
+# vLLM's speculative-decoding counters (``_total`` samples), its per-request decode time, and
+# specpair's round times.
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",
     "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "accepted": "vllm:spec_decode_num_accepted_tokens_total",
     "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "decode_s_sum": "vllm:request_decode_time_seconds_sum",  # first token to last, by the
+    "decode_s_count": "vllm:request_decode_time_seconds_count",  # engine core's timestamps
     "round_s_sum": "specpair_round_seconds_sum",
     "round_s_count": "specpair_round_seconds_count",
     "drafter_s_sum": "specpair_drafter_round_seconds_sum",

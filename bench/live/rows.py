@@ -2,11 +2,13 @@
 
 A measurement is one repetition of one cell in one engine: a dict with ``config``, ``phase``
 ("A"/"B" for target-only, else ""), ``workload``, ``temperature``, ``top_p``,
-``concurrency``, ``rep``, ``tokens_per_s`` (decode tokens per second, summed over the cell's
-concurrent streams: each stream's tokens after its first over the time after its first, so
-prefill is excluded), ``decode_tokens`` (those tokens, summed) and ``counters`` (the change of
-vLLM's spec-decode counters and specpair's round-time sums over the measurement,
-``bench.live.client.SPEC_COUNTERS``).
+``concurrency``, ``rep``, ``tokens_per_s`` (decode tokens per second over the cell's
+concurrent streams: their tokens after the first over their mean decode time, first token to
+last by the engine core's timestamps, vLLM's ``vllm:request_decode_time_seconds``; prefill
+excluded), ``stream_tokens_per_s`` (the same from the client's chunk arrival times, a
+cross-check that a starved client or API server distorts), ``decode_tokens`` (those tokens,
+summed) and ``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and
+specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``).
 """
 
 from __future__ import annotations

@@ -76,6 +76,20 @@ def _counters(server: ApiServer, drafter: Drafter | None) -> dict:
     return spec_counters(*texts)
 
 
+def _finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) -> dict:
+    """The counters' change once vLLM has recorded the decode time of the ``n`` requests just
+    streamed (it records a request's stats as it finishes, around its last chunk)."""
+    t0 = time.monotonic()
+    while True:
+        delta = counter_delta(before, _counters(server, drafter))
+        if delta.get("decode_s_count", 0) >= n:
+            return delta
+        if time.monotonic() - t0 > 30:
+            raise RuntimeError(f"vLLM recorded {delta.get('decode_s_count', 0):g} of {n} "
+                               "requests' decode times within 30 s")
+        time.sleep(0.05)
+
+
 def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[dict]:
     """Every measurement of ``plan`` on the model pair ``pair`` (``target/``, ``draft/``);
     logs, the overlaid vLLM copy and the key go under ``work``."""
@@ -107,13 +121,15 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
                     before = _counters(server, drafter)
                     got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
                                   plan.max_tokens, sampling.temperature, sampling.top_p)
+                    delta = _finished(server, drafter, before, c)
+                    decoded = sum(s.tokens - 1 for s in got)
                     out.append({
                         "config": config.name, "phase": phase, "workload": workload,
                         "temperature": sampling.temperature, "top_p": sampling.top_p,
                         "concurrency": c, "rep": rep,
-                        "tokens_per_s": sum(s.decode_tokens_per_s for s in got),
-                        "decode_tokens": sum(s.tokens - 1 for s in got),
-                        "counters": counter_delta(before, _counters(server, drafter))})
+                        "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
+                        "stream_tokens_per_s": sum(s.decode_tokens_per_s for s in got),
+                        "decode_tokens": decoded, "counters": delta})
                     raw.write(json.dumps(out[-1]) + "\n")
                     raw.flush()
                 progress(f"[{i}/{len(plan.run)}] {tag}: repetition {rep + 1}/{plan.reps} done")
