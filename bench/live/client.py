@@ -1,0 +1,117 @@
+"""What the live benchmark asks of a running vLLM API server: timed streaming completions
+(one stream, or several at once) and its speculative-decoding counters from /metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["SPEC_COUNTERS", "Stream", "spec_counters", "stream", "streams"]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One streamed completion: its tokens and when its first and last text arrived."""
+
+    tokens: int  # completion tokens (the final usage chunk)
+    t_first: float  # time.perf_counter() when the first text chunk arrived (prefill done)
+    t_last: float  # ... when the last one arrived
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the first over the time after the first: prefill excluded."""
+        return (self.tokens - 1) / (self.t_last - self.t_first)
+
+
+def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: float,
+           top_p: float) -> Stream:
+    """One streamed /v1/completions request (EOS ignored: exactly ``max_tokens``)."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                       "temperature": temperature, "top_p": top_p, "ignore_eos": True,
+                       "stream": True, "stream_options": {"include_usage": True}})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"completion answered HTTP {resp.status}: {resp.read()[:300]!r}")
+        t_first = t_last = None
+        tokens = None
+        for raw in resp:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                t_last = time.perf_counter()
+                t_first = t_first or t_last
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    finally:
+        conn.close()
+    if tokens is None or t_first is None or tokens < 2 or t_last <= t_first:
+        raise RuntimeError(f"the stream gave no decode window (tokens {tokens})")
+    return Stream(tokens, t_first, t_last)
+
+
+def streams(port: int, model: str, prompts: list[str], max_tokens: int, temperature: float,
+            top_p: float) -> list[Stream]:
+    """``len(prompts)`` streams sent at once, one thread each."""
+    out: list[Stream | BaseException | None] = [None] * len(prompts)
+
+    def one(i: int) -> None:
+        try:
+            out[i] = stream(port, model, prompts[i], max_tokens, temperature, top_p)
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return out  # type: ignore[return-value]
+
+
+# vLLM's speculative-decoding counters (``_total`` samples), its per-request decode time, and
+# specpair's round times.
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "decode_s_sum": "vllm:request_decode_time_seconds_sum",  # first token to last, by the
+    "decode_s_count": "vllm:request_decode_time_seconds_count",  # engine core's timestamps
+    "round_s_sum": "specpair_round_seconds_sum",
+    "round_s_count": "specpair_round_seconds_count",
+    "drafter_s_sum": "specpair_drafter_round_seconds_sum",
+    "drafter_s_count": "specpair_drafter_round_seconds_count",
+}
+
+
+def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
+    """The SPEC_COUNTERS found in Prometheus texts (summed over label sets, ``per_pos`` as a
+    list by position); counters absent from every text are left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = {v: k for k, v in SPEC_COUNTERS.items()}
+    out: dict[str, float | list[float]] = {}
+    per_pos: dict[int, float] = {}
+    for text in metrics_texts:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                key = names.get(s.name)
+                if key == "per_pos":
+                    pos = int(s.labels["position"])
+                    per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+                elif key is not None:
+                    out[key] = out.get(key, 0.0) + s.value
+    if per_pos:
+        out["per_pos"] = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)]
+    return out

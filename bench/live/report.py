@@ -1,0 +1,119 @@
+"""The live benchmark's outputs: the document behind build/bench/live.json (rows with the speed
+model's prediction beside each), the printed table and the PNG."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from bench.live.model import FLAG, predict
+from bench.live.rows import assemble, check_rows
+
+__all__ = ["document", "plot", "table"]
+
+
+def _key(r: dict) -> tuple:
+    return r["workload"], r["temperature"], r["top_p"]
+
+
+def _medians(rows: list[dict], config: str) -> dict[tuple, dict[int, float]]:
+    out: dict[tuple, dict[int, float]] = {}
+    for r in rows:
+        if r["config"] == config:
+            out.setdefault(_key(r), {})[r["concurrency"]] = r["tokens_per_s"]["median"]
+    return out
+
+
+def _drift(measurements: list[dict]) -> dict | None:
+    """Target-only's phase B median over its phase A median, minus 1, across cells."""
+    by: dict[tuple, dict[str, list[float]]] = {}
+    for m in measurements:
+        if m["config"] == "target_only":
+            cell = (m["workload"], m["temperature"], m["top_p"], m["concurrency"])
+            by.setdefault(cell, {}).setdefault(m["phase"], []).append(m["tokens_per_s"])
+    d = [statistics.median(p["B"]) / statistics.median(p["A"]) - 1 for p in by.values()
+         if p.get("A") and p.get("B")]
+    return {"median": statistics.median(d), "min": min(d), "max": max(d)} if d else None
+
+
+def document(measurements: list[dict], calibration_configs: set[str], meta: dict,
+             q_s: dict[str, float]) -> dict:
+    """live.json: ``rows`` (one per config x workload x temperature x top_p x concurrency,
+    each with ``model``: the speed model's prediction, or None where a part is missing),
+    ``calibration`` (the draft-alone rows), ``meta``."""
+    rows = assemble(measurements)
+    check_rows(rows)
+    target, alone = _medians(rows, "target_only"), _medians(rows, "draft_alone")
+    for r in rows:
+        r["model"] = predict(r, target.get(_key(r), {}), alone.get(_key(r)), q_s)
+    meta = {**meta, "q_build_s": q_s, "target_only_drift": _drift(measurements),
+            "flag_above": FLAG}
+    return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
+            "calibration": [r for r in rows if r["config"] in calibration_configs]}
+
+
+def _sampling(r: dict) -> str:
+    return f"T={r['temperature']:g}" + (f" p={r['top_p']:g}" if r["top_p"] < 1 else "")
+
+
+def _rng(s: dict | None, fmt: str) -> str:
+    if s is None:
+        return "-"
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}}-{s['max']:{fmt}}]"
+
+
+def table(doc: dict) -> str:
+    """The rows as a fixed-width table; '!' marks a prediction more than FLAG off."""
+    head = (f"{'config':<17} {'workload':<8} {'sampling':<10} {'c':>2} "
+            f"{'tok/s median [min-max]':<24} {'x target-only':<19} {'acc/rnd':>7} "
+            f"{'model tok/s':>11} {'gap':>6}")
+    lines = [head, "-" * len(head)]
+    for r in doc["rows"] + doc["calibration"]:
+        m = r["model"]
+        acc = "-" if r["accepted_per_round"] is None else f"{r['accepted_per_round']:.2f}"
+        pred = "-" if m is None else f"{m['predicted_tokens_per_s']:.0f}"
+        gap = "-" if m is None else f"{m['gap']:+.0%}" + ("!" if m["flagged"] else "")
+        lines.append(f"{r['config']:<17} {r['workload']:<8} {_sampling(r):<10} "
+                     f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
+                     f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
+                     f"{gap:>6}")
+    return "\n".join(lines)
+
+
+def plot(doc: dict, path: Path) -> None:
+    """Tokens/s (median, min-max bars) of every row; acceptance per position by config and
+    sampling setting (mean over workloads and concurrencies)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["rows"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(16, max(6, 0.22 * len(rows))),
+                                  gridspec_kw={"width_ratios": [3, 2]})
+    labels = [f"{r['config']} {r['workload']} {_sampling(r)} c={r['concurrency']}"
+              for r in rows]
+    med = [r["tokens_per_s"]["median"] for r in rows]
+    lo = [r["tokens_per_s"]["median"] - r["tokens_per_s"]["min"] for r in rows]
+    hi = [r["tokens_per_s"]["max"] - r["tokens_per_s"]["median"] for r in rows]
+    ax.barh(range(len(rows)), med, xerr=[lo, hi], capsize=2)
+    ax.set_yticks(range(len(rows)), labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xscale("log")  # target-only and a slow speculator differ by orders of magnitude
+    ax.set_xlabel("decode tokens/s (median, min-max; log scale), prefill excluded")
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for r in rows:
+        if r["accepted_per_position"]:
+            groups.setdefault((r["config"], _sampling(r)), []).append(r["accepted_per_position"])
+    for (config, sampling), curves in groups.items():
+        n = min(len(c) for c in curves)
+        mean = [statistics.fmean(c[k] for c in curves) for k in range(n)]
+        ax2.plot(range(1, n + 1), mean, marker="o", label=f"{config} {sampling}")
+    ax2.set_xlabel("draft position k")
+    ax2.set_ylabel("share of rounds accepted up to k")
+    ax2.set_ylim(0, 1)
+    ax2.legend(fontsize=7)
+    fig.suptitle(doc["meta"].get("title", "make bench-live"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,132 @@
+"""From raw measurements to the rows of build/bench/live.json (pure: no processes, no clock).
+
+A measurement is one repetition of one cell in one engine: a dict with ``config``, ``phase``
+("A"/"B" for target-only, else ""), ``workload``, ``temperature``, ``top_p``,
+``concurrency``, ``rep``, ``tokens_per_s`` (decode tokens per second over the cell's
+concurrent streams: their tokens after the first over their mean decode time, first token to
+last by the engine core's timestamps, vLLM's ``vllm:request_decode_time_seconds``; prefill
+excluded), ``stream_tokens_per_s`` (the same from the client's chunk arrival times, a
+cross-check that a starved client or API server distorts), ``decode_tokens`` (those tokens,
+summed) and ``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and
+specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+__all__ = ["ROW_FIELDS", "assemble", "check_rows", "counter_delta", "summary"]
+
+TARGET = "target_only"
+# Every row has these; ratio_vs_target_only and the acceptance fields are None where they do
+# not apply (target-only; an engine without drafts).
+ROW_FIELDS = ("config", "workload", "temperature", "top_p", "concurrency", "tokens_per_s",
+              "ratio_vs_target_only", "accepted_per_round", "accepted_per_position",
+              "draft_tokens_per_round", "steps", "counters", "reps")
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """median, min and max of a non-empty list."""
+    if not values:
+        raise ValueError("no values to summarize")
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    """after - before, per counter (``per_pos`` elementwise); counters ``after`` lacks are
+    left out, and one ``before`` lacks counts from 0 (it appeared with the first draft)."""
+    out: dict = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, list):
+            old = old or []
+            out[key] = [v - (old[i] if i < len(old) else 0.0) for i, v in enumerate(value)]
+        else:
+            out[key] = value - (old or 0.0)
+    return out
+
+
+def _sum_counters(ms: list[dict]) -> dict:
+    total: dict = {}
+    for m in ms:
+        for key, value in m["counters"].items():
+            if isinstance(value, list):
+                have = total.setdefault(key, [])
+                have.extend([0.0] * (len(value) - len(have)))
+                for i, v in enumerate(value):
+                    have[i] += v
+            else:
+                total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def _cell(m: dict) -> tuple:
+    return m["workload"], m["temperature"], m["top_p"], m["concurrency"]
+
+
+def assemble(measurements: list[dict]) -> list[dict]:
+    """One row per (config, workload, temperature, top_p, concurrency), in first-seen order.
+
+    Ratios: per repetition r, the row's tokens/s over the mean of target-only's values in
+    repetition r of the same cell (both phases where both ran); the row reports their
+    median, min and max. Acceptance: from the counters summed over the repetitions:
+    accepted drafts per drafting round (vLLM's num_drafts), per position the share of rounds
+    whose drafts were accepted up to it, draft tokens per round, and the decode steps
+    (tokens decoded minus drafts accepted: each step yields one token plus its accepted
+    drafts)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for m in measurements:
+        groups[(m["config"], *_cell(m))].append(m)
+    base: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        if m["config"] == TARGET:
+            base[_cell(m)][m["rep"]].append(m["tokens_per_s"])
+    rows = []
+    for (config, workload, temperature, top_p, conc), ms in groups.items():
+        ratio = None
+        if config != TARGET:
+            ref = base.get((workload, temperature, top_p, conc), {})
+            ratios = [m["tokens_per_s"] / statistics.fmean(ref[m["rep"]]) for m in ms
+                      if ref.get(m["rep"])]
+            ratio = summary(ratios) if ratios else None
+        c = _sum_counters(ms)
+        decoded = sum(m["decode_tokens"] for m in ms)
+        drafts = c.get("drafts", 0.0)
+        accepted = c.get("accepted", 0.0)
+        rows.append({
+            "config": config, "workload": workload, "temperature": temperature,
+            "top_p": top_p, "concurrency": conc,
+            "tokens_per_s": summary([m["tokens_per_s"] for m in ms]),
+            "ratio_vs_target_only": ratio,
+            "accepted_per_round": accepted / drafts if drafts else None,
+            "accepted_per_position": [a / drafts for a in c["per_pos"]]
+            if drafts and c.get("per_pos") else None,
+            "draft_tokens_per_round": c["draft_tokens"] / drafts if drafts else None,
+            "steps": decoded - accepted,
+            "counters": c, "reps": len(ms),
+        })
+    return rows
+
+
+def check_rows(rows: list[dict]) -> None:
+    """Raise ValueError naming the first row that breaks live.json's schema."""
+    for i, r in enumerate(rows):
+        missing = [f for f in ROW_FIELDS if f not in r]
+        if missing:
+            raise ValueError(f"row {i} lacks {', '.join(missing)}")
+        t = r["tokens_per_s"]
+        if not (isinstance(t, dict) and set(t) >= {"median", "min", "max"}
+                and t["min"] <= t["median"] <= t["max"]):
+            raise ValueError(f"row {i} ({r['config']}): tokens_per_s is not median/min/max")
+        ratio = r["ratio_vs_target_only"]
+        if (r["config"] == TARGET) != (ratio is None):
+            raise ValueError(f"row {i} ({r['config']}): ratio_vs_target_only must be null "
+                             "exactly for target-only rows")
+        if r["concurrency"] < 1 or r["temperature"] < 0 or not 0 < r["top_p"] <= 1:
+            raise ValueError(f"row {i} ({r['config']}): concurrency/temperature/top_p "
+                             "out of range")
+        a = r["accepted_per_round"]
+        if a is not None and not 0 <= a <= (r["draft_tokens_per_round"] or 0):
+            raise ValueError(f"row {i} ({r['config']}): accepted_per_round outside "
+                             "[0, draft tokens per round]")

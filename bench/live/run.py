@@ -1,0 +1,141 @@
+"""Run a plan: one vLLM engine per configuration (a drafter process beside specpair's), the
+cells interleaved across repetitions inside it (bench.live.plan); the raw measurements."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench.live.client import spec_counters, streams
+from bench.live.plan import Config, Plan
+from bench.live.rows import counter_delta
+from bench.live.workloads import prompts_for
+from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
+
+__all__ = ["ENGINE_ENV", "MODEL_NAME", "RAW", "engine_env", "run"]
+
+MODEL_NAME = "pair"
+RAW = "measurements.jsonl"  # under the work directory: what `--report-only` reads back
+START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 2-core box
+# The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
+# specpair's default.
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+              "HF_HUB_OFFLINE": "1"}
+
+
+def engine_env() -> tuple[dict[str, str], bool]:
+    """ENGINE_ENV plus what a vllm-cpu target wants in its process environment (Intel OpenMP
+    preloaded: ``specpair.vllm.cpu_env``, issue 15 item 5, where the tree has it); and
+    whether that preload is in."""
+    try:
+        from specpair.vllm.cpu_env import cpu_target_env
+    except ImportError:  # a tree from before issue 15 item 5
+        return dict(ENGINE_ENV), False
+    return {**ENGINE_ENV, **cpu_target_env()}, True
+
+
+def progress(text: str) -> None:
+    print(f"bench-live: {text}", file=sys.stderr, flush=True)
+
+
+def _engine(config: Config, pair: Path, work: Path, vllm_dir: Path, key: Path, tag: str,
+            extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
+    drafter = None
+    env = {**engine_env()[0], **extra_env}
+    prom = work / f"prometheus-{tag}"
+    prom.mkdir(parents=True, exist_ok=True)
+    for f in prom.iterdir():  # an empty directory per start (docs/operations.md)
+        f.unlink()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(prom)
+    if config.drafter_args is not None:
+        drafter = Drafter(pair / "draft", key, work / f"drafter-{tag}.log",
+                          args=[*config.drafter_args, "--metrics-port", "0"])
+        env |= {"SPECPAIR_DRAFTER": drafter.address, "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
+    args = ["--served-model-name", MODEL_NAME, "--dtype", "float32", "--max-model-len", "512",
+            "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"]
+    spec = config.speculative_arg(str(pair / "draft"))
+    if spec is not None:
+        args += ["--speculative-config", spec]
+    server = ApiServer(vllm_dir, pair / config.model, work / f"vllm-{tag}.log", free_port(),
+                       args, env)
+    try:
+        server.wait_healthy(START_TIMEOUT_S)
+    except BaseException:
+        server.stop()
+        if drafter is not None:
+            drafter.stop()
+        raise
+    return server, drafter
+
+
+def _counters(server: ApiServer, drafter: Drafter | None) -> dict:
+    texts = [server.metrics()] + ([drafter.metrics()] if drafter is not None else [])
+    return spec_counters(*texts)
+
+
+def _finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) -> dict:
+    """The counters' change once vLLM has recorded the decode time of the ``n`` requests just
+    streamed (it records a request's stats as it finishes, around its last chunk)."""
+    t0 = time.monotonic()
+    while True:
+        delta = counter_delta(before, _counters(server, drafter))
+        if delta.get("decode_s_count", 0) >= n:
+            return delta
+        if time.monotonic() - t0 > 30:
+            raise RuntimeError(f"vLLM recorded {delta.get('decode_s_count', 0):g} of {n} "
+                               "requests' decode times within 30 s")
+        time.sleep(0.05)
+
+
+def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[dict]:
+    """Every measurement of ``plan`` on the model pair ``pair`` (``target/``, ``draft/``);
+    logs, the overlaid vLLM copy and the key go under ``work``."""
+    work.mkdir(parents=True, exist_ok=True)
+    vllm_dir = work / "vllm"
+    if not (vllm_dir / "vllm").is_dir():
+        progress("applying the overlay to a copy of the installed vllm-cpu")
+        overlaid_vllm(vllm_dir)
+    key = work / "key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    key.chmod(0o600)
+    out: list[dict] = []
+    raw = open(work / RAW, "w")  # noqa: SIM115  one line per measurement as it is made
+    t_run = time.monotonic()
+    for i, (config, phase) in enumerate(plan.run, 1):
+        tag = config.name + (f"-{phase}" if phase else "")
+        progress(f"[{i}/{len(plan.run)}] {tag}: starting the engine "
+                 f"({time.monotonic() - t_run:.0f} s into the run)")
+        t0 = time.monotonic()
+        server, drafter = _engine(config, pair, work, vllm_dir, key, tag, extra_env)
+        try:
+            progress(f"[{i}/{len(plan.run)}] {tag}: healthy after {time.monotonic() - t0:.0f} s;"
+                     f" {plan.reps} repetitions x {len(plan.cells(0))} cells")
+            for c in plan.concurrencies:  # warm-up, not recorded
+                streams(server.port, MODEL_NAME, prompts_for(plan.workloads[0], 0, c),
+                        plan.max_tokens, 1.0, 1.0)
+            for rep in range(plan.reps):
+                for workload, sampling, c in plan.cells(rep):
+                    before = _counters(server, drafter)
+                    got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
+                                  plan.max_tokens, sampling.temperature, sampling.top_p)
+                    delta = _finished(server, drafter, before, c)
+                    decoded = sum(s.tokens - 1 for s in got)
+                    out.append({
+                        "config": config.name, "phase": phase, "workload": workload,
+                        "temperature": sampling.temperature, "top_p": sampling.top_p,
+                        "concurrency": c, "rep": rep,
+                        "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
+                        "stream_tokens_per_s": sum(s.decode_tokens_per_s for s in got),
+                        "decode_tokens": decoded, "counters": delta})
+                    raw.write(json.dumps(out[-1]) + "\n")
+                    raw.flush()
+                progress(f"[{i}/{len(plan.run)}] {tag}: repetition {rep + 1}/{plan.reps} done")
+        finally:
+            server.stop()
+            if drafter is not None:
+                drafter.stop()
+    raw.close()
+    return out

@@ -1,0 +1,206 @@
+"""The pure parts of `make bench-live` (bench/live/): counter deltas, row assembly, ratios
+against target-only per repetition, median/min/max, live.json's schema, the speed model's
+arithmetic, the table, and the plan's interleaving and estimate. No engine is started (the
+live run is tests/bench_live/test_bench_live_quick.py, opt-in)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench.live.__main__ import main as live_main
+from bench.live.client import spec_counters
+from bench.live.model import FLAG, predict, verify_s
+from bench.live.plan import K, full_plan, quick_plan
+from bench.live.report import document, table
+from bench.live.rows import assemble, check_rows, counter_delta, summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _m(config, rep, tps, *, phase="", conc=1, temp=1.0, counters=None, decoded=31):
+    return {"config": config, "phase": phase, "workload": "code", "temperature": temp,
+            "top_p": 1.0, "concurrency": conc, "rep": rep, "tokens_per_s": tps,
+            "decode_tokens": decoded, "counters": counters or {}}
+
+
+def test_summary_and_counter_delta():
+    assert summary([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0}
+    with pytest.raises(ValueError):
+        summary([])
+    before = {"drafts": 10.0, "per_pos": [5.0, 2.0]}
+    after = {"drafts": 14.0, "accepted": 3.0, "per_pos": [7.0, 3.0, 1.0]}
+    assert counter_delta(before, after) == {"drafts": 4.0, "accepted": 3.0,
+                                            "per_pos": [2.0, 1.0, 1.0]}
+
+
+def test_ratios_pair_each_repetition_with_both_target_only_phases():
+    ms = [_m("target_only", 0, 100.0, phase="A"), _m("target_only", 0, 120.0, phase="B"),
+          _m("target_only", 1, 50.0, phase="A"), _m("target_only", 1, 50.0, phase="B"),
+          _m("x", 0, 55.0, counters={"drafts": 10.0, "accepted": 6.0, "draft_tokens": 30.0,
+                                     "per_pos": [4.0, 2.0, 0.0]}),
+          _m("x", 1, 100.0, counters={"drafts": 10.0, "accepted": 4.0, "draft_tokens": 30.0,
+                                      "per_pos": [3.0, 1.0, 0.0]})]
+    rows = {r["config"]: r for r in assemble(ms)}
+    t, x = rows["target_only"], rows["x"]
+    assert t["ratio_vs_target_only"] is None and t["reps"] == 4
+    assert t["tokens_per_s"] == {"median": 75.0, "min": 50.0, "max": 120.0}
+    # rep 0: 55 / mean(100, 120) = 0.5; rep 1: 100 / 50 = 2.0
+    assert x["ratio_vs_target_only"] == {"median": 1.25, "min": 0.5, "max": 2.0}
+    assert x["accepted_per_round"] == pytest.approx(10 / 20)
+    assert x["accepted_per_position"] == pytest.approx([7 / 20, 3 / 20, 0.0])
+    assert x["draft_tokens_per_round"] == pytest.approx(3.0)
+    assert x["steps"] == 62 - 10  # decoded minus accepted
+    check_rows(list(rows.values()))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("tokens_per_s", {"median": 5.0, "min": 6.0, "max": 7.0}, "median/min/max"),
+    ("ratio_vs_target_only", None, "null exactly"),
+    ("top_p", 0.0, "out of range"),
+    ("accepted_per_round", 4.0, "accepted_per_round"),
+])
+def test_check_rows_refuses_a_broken_row(field, value, message):
+    ms = [_m("target_only", 0, 10.0, phase="A"),
+          _m("x", 0, 10.0, counters={"drafts": 2.0, "accepted": 1.0, "draft_tokens": 6.0})]
+    rows = assemble(ms)
+    rows[1][field] = value
+    with pytest.raises(ValueError, match=message):
+        check_rows(rows)
+    del rows[1]["steps"]
+    with pytest.raises(ValueError, match="lacks steps"):
+        check_rows(rows)
+
+
+def test_verify_time_is_linear_through_the_target_only_steps():
+    # 1 token: 1/200 s; 4 tokens (4 streams at 400 tok/s in all): 4/400 s
+    assert verify_s(1, 200.0, 400.0) == pytest.approx(0.005)
+    assert verify_s(4, 200.0, 400.0) == pytest.approx(0.010)
+    assert verify_s(7, 200.0, 400.0) == pytest.approx(0.015)
+
+
+def _row(config, conc, tps, counters, steps, per_pos):
+    return {"config": config, "concurrency": conc, "tokens_per_s": {"median": tps},
+            "counters": counters, "steps": steps, "accepted_per_position": per_pos}
+
+
+def test_speed_model_arithmetic_for_each_kind_of_configuration():
+    target = {1: 200.0, 4: 400.0}  # verify(1) = 5 ms, verify(4) = 10 ms, +5/3 ms a token
+    q = {"greedy": 0.0001, "sampled": 0.0002}
+    cal = predict(_row("target_only", 4, 400.0, {}, 0, None), target, None, q)
+    assert cal["predicted_tokens_per_s"] == pytest.approx(400.0) and not cal["flagged"]
+    # specpair sampled, c = 1: every step drafts K = 3; 100 rounds, per position 0.6, 0.3, 0.1
+    counters = {"drafts": 100.0, "draft_tokens": 300.0, "round_s_count": 100.0,
+                "round_s_sum": 0.6, "drafter_s_count": 100.0, "drafter_s_sum": 0.4}
+    got = predict(_row("specpair_sampled", 1, 100.0, counters, 100, [0.6, 0.3, 0.1]),
+                  target, None, q)
+    tokens = 1 + 0.6 + 0.3 + 0.1
+    step = 0.010 + 0.004 + 0.002 + 0.0002  # verify(4) + drafter + wire + q
+    assert got["tokens_per_step"] == pytest.approx(tokens)
+    assert got["step_ms"] == pytest.approx({"verify": 10.0, "draft": 4.0, "wire": 2.0,
+                                            "q": 0.2})
+    assert got["predicted_tokens_per_s"] == pytest.approx(tokens / step)
+    assert got["gap"] == pytest.approx(tokens / step / 100.0 - 1)
+    assert got["flagged"] == (abs(got["gap"]) > FLAG)
+    # ngram, c = 4: drafts in half the steps, 2 draft tokens per drafting round
+    ng = predict(_row("vllm_ngram", 4, 300.0, {"drafts": 50.0, "draft_tokens": 100.0}, 100,
+                      [0.5, 0.2]), target, None, q)
+    assert ng["tokens_per_step"] == pytest.approx(1 + 0.5 * 0.7)
+    assert ng["step_ms"]["verify"] == pytest.approx(1e3 * verify_s(4 * 2.0, 200.0, 400.0))
+    # draft_model needs the draft-alone calibration: K steps of the draft at c
+    dm = _row("vllm_draft_model", 1, 80.0, {"drafts": 10.0, "draft_tokens": 30.0}, 10,
+              [0.5, 0.25, 0.125])
+    assert predict(dm, target, None, q) is None
+    got = predict(dm, target, {1: 1000.0}, q)
+    assert got["step_ms"] == pytest.approx({"verify": 10.0, "draft": 1e3 * K / 1000.0})
+    assert predict(dm, {1: 200.0}, {1: 1000.0}, q) is None  # no c = 4 target-only row
+
+
+def test_document_and_table_flag_a_prediction_far_off():
+    ms = []
+    for phase in ("A", "B"):
+        ms += [_m("target_only", 0, 200.0, phase=phase, conc=1),
+               _m("target_only", 0, 400.0, phase=phase, conc=4, decoded=124)]
+    # draft_model measured far below what its parts predict
+    ms += [_m("vllm_draft_model", 0, 20.0, counters={"drafts": 10.0, "draft_tokens": 30.0,
+                                                    "accepted": 10.0,
+                                                    "per_pos": [6.0, 3.0, 1.0]}, decoded=20),
+           _m("draft_alone", 0, 1000.0), _m("draft_alone", 0, 2000.0, conc=4, decoded=124)]
+    doc = document(ms, {"draft_alone"}, {"title": "t"}, {"greedy": 0.0, "sampled": 0.0})
+    json.dumps(doc)  # serializable as it stands
+    assert [r["config"] for r in doc["calibration"]] == ["draft_alone", "draft_alone"]
+    dm = next(r for r in doc["rows"] if r["config"] == "vllm_draft_model")
+    assert dm["model"]["flagged"] and dm["model"]["gap"] > FLAG
+    assert doc["meta"]["target_only_drift"] == {"median": 0.0, "min": 0.0, "max": 0.0}
+    text = table(doc)
+    line = next(x for x in text.splitlines() if x.startswith("vllm_draft_model"))
+    assert line.rstrip().endswith("!") and "0.10 [0.10-0.10]" in line
+
+
+def test_spec_counters_read_vllm_and_drafter_texts():
+    vllm_text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="pair"} 7.0\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 5.0\n')
+    drafter_text = ("# TYPE specpair_drafter_round_seconds histogram\n"
+                    'specpair_drafter_round_seconds_bucket{le="+Inf"} 3\n'
+                    "specpair_drafter_round_seconds_sum 0.25\n"
+                    "specpair_drafter_round_seconds_count 3\n")
+    assert spec_counters(vllm_text, drafter_text) == {
+        "drafts": 7.0, "per_pos": [5.0, 2.0], "drafter_s_sum": 0.25, "drafter_s_count": 3.0}
+
+
+def test_plans_interleave_every_cell_once_per_repetition_and_bracket_target_only():
+    for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
+        names = [c.name + p for c, p in plan.run]
+        assert names[0] == "target_onlyA" and names[-1] == "target_onlyB"
+        first = plan.cells(0)
+        for rep in range(plan.reps):
+            assert sorted(map(str, plan.cells(rep))) == sorted(map(str, first))
+        assert plan.cells(1)[0] == first[1]  # rotated
+    full = full_plan(("code", "prose"))
+    assert full.reps >= 5 and len(full.cells(0)) == 2 * 3 * 2
+    assert "draft_alone" in {c.name for c, _ in full.run}
+
+
+def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path, capsys):
+    ok = subprocess.run([sys.executable, "-m", "bench.live", "--plan"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "7 engine starts" in ok.stderr and "minutes on a quiet 2-core box" in ok.stderr
+    for argv, message in ((["--pair", str(tmp_path)], "no target/config.json"),
+                          (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus")):
+        with pytest.raises(SystemExit) as exit_:
+            live_main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 4 and len(err.strip().splitlines()) == 1, err
+        assert message in err
+
+
+def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_path, capsys):
+    pair = tmp_path / "pair"
+    (pair / "target").mkdir(parents=True)
+    (pair / "target" / "config.json").write_text('{"vocab_size": 64}')
+    work = tmp_path / "live-work"
+    work.mkdir()
+    (work / "run.json").write_text(json.dumps({"pair": str(pair), "title": "t"}))
+    counters = {"drafts": 30.0, "draft_tokens": 90.0, "accepted": 30.0,
+                "per_pos": [18.0, 9.0, 3.0], "round_s_count": 8.0, "round_s_sum": 0.04,
+                "drafter_s_count": 8.0, "drafter_s_sum": 0.03}
+    ms = [_m("target_only", r, 100.0 + r, phase=p, conc=c)
+          for p in ("A", "B") for r in (0, 1) for c in (1, 4)]
+    ms += [_m("specpair_sampled", r, 90.0, conc=c, counters=counters)
+           for r in (0, 1) for c in (1, 4)]
+    (work / "measurements.jsonl").write_text("".join(json.dumps(m) + "\n" for m in ms))
+    assert live_main(["--report-only", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "live.json").read_text())
+    check_rows(doc["rows"])
+    assert len(doc["rows"]) == 4 and all(r["model"] is not None for r in doc["rows"])
+    assert "specpair_sampled" in out and "target-only drift" in out
+    assert (tmp_path / "live.png").read_bytes()[:4] == b"\x89PNG"
