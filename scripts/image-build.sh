@@ -146,13 +146,13 @@ build_args=(--build-arg PROFILE="$profile" --build-arg BASE_TAR="$base"
             --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH"
             --build-arg SOURCE_URL="https://github.com/specpair/specpair"
             --build-arg REVISION="$revision" --build-arg VERSION="$version")
+# Intel OpenMP preloaded in the cpu target (src/specpair/vllm/cpu_env.py); none on gb10.
+target_ld_preload=
+if [ "$profile" = cpu ]; then target_ld_preload=/opt/venv/lib/libiomp5.so; fi
 if [ "$role" = target ]; then
   build_args+=(--build-arg VLLM_VERSION="$VLLM_VERSION" --build-arg OVERLAY_ID="$overlay_id"
-               --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}")
-  # Intel OpenMP preloaded in the cpu target (src/specpair/vllm/cpu_env.py); none on gb10.
-  target_ld_preload=
-  if [ "$profile" = cpu ]; then target_ld_preload=/opt/venv/lib/libiomp5.so; fi
-  build_args+=(--build-arg TARGET_LD_PRELOAD="$target_ld_preload")
+               --build-arg OVERLAY_EXCLUDE="${OVERLAY_EXCLUDE:-}"
+               --build-arg TARGET_LD_PRELOAD="$target_ld_preload")
 fi
 
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
