@@ -96,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"generating the random tiny pair in {pair}")
             make_tiny(pair)
     extra_env = dict(item.split("=", 1) for item in a.env)
-    base_env, preloaded = engine_env()
-    progress(f"engine environment: {base_env | extra_env}" + ("" if preloaded else
-             " (no Intel OpenMP preload: this tree lacks specpair.vllm.cpu_env)"))
+    base_env = engine_env()
+    progress(f"engine environment: {base_env | extra_env}")
     # SIGINT too: a shell without job control starts background commands with it ignored
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -107,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"title": f"make bench-live{' QUICK' if plan.quick else ''} ({pair.name}, "
             f"{started})", "quick": plan.quick, "pair": str(pair.resolve()),
             "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
-            "engine_env": base_env | extra_env, "intel_openmp_preloaded": preloaded,
+            "engine_env": base_env | extra_env,
+            "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),
             "workloads": "fixed prompts (bench/live/workloads.py)"}
     work.mkdir(parents=True, exist_ok=True)
     (work / "run.json").write_text(json.dumps(meta) + "\n")

@@ -14,6 +14,7 @@ from bench.live.plan import Config, Plan
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
+from specpair.vllm.cpu_env import cpu_target_env
 
 __all__ = ["ENGINE_ENV", "MODEL_NAME", "RAW", "engine_env", "run"]
 
@@ -26,15 +27,10 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobin
               "HF_HUB_OFFLINE": "1"}
 
 
-def engine_env() -> tuple[dict[str, str], bool]:
+def engine_env() -> dict[str, str]:
     """ENGINE_ENV plus what a vllm-cpu target wants in its process environment (Intel OpenMP
-    preloaded: ``specpair.vllm.cpu_env``, issue 15 item 5, where the tree has it); and
-    whether that preload is in."""
-    try:
-        from specpair.vllm.cpu_env import cpu_target_env
-    except ImportError:  # a tree from before issue 15 item 5
-        return dict(ENGINE_ENV), False
-    return {**ENGINE_ENV, **cpu_target_env()}, True
+    preloaded, its workers not spinning: ``specpair.vllm.cpu_env``)."""
+    return {**ENGINE_ENV, **cpu_target_env()}
 
 
 def progress(text: str) -> None:
@@ -44,7 +40,7 @@ def progress(text: str) -> None:
 def _engine(config: Config, pair: Path, work: Path, vllm_dir: Path, key: Path, tag: str,
             extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
     drafter = None
-    env = {**engine_env()[0], **extra_env}
+    env = {**engine_env(), **extra_env}
     prom = work / f"prometheus-{tag}"
     prom.mkdir(parents=True, exist_ok=True)
     for f in prom.iterdir():  # an empty directory per start (docs/operations.md)
