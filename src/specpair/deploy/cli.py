@@ -5,6 +5,8 @@ against an inventory (inventories/local or inventories/prod, or a path), print p
 final summary (or one JSON object with --json), and exit 0 only when the play succeeded and its
 summary says the pair is consistent (restore: restored). Each holds the deploy lock
 (specpair.deploy.lock) for its Ansible run; SIGINT/SIGTERM/SIGHUP end that run (exit 130).
+deploy, rollback and restore first finish a move an earlier run left unfinished, forward or
+back (playbooks/tasks/recover.yml), and print what they did (`recovery: ...`).
 Production inventories need typed confirmation: --confirm NAME, or typing NAME at the prompt.
 `specpair health --inventory INV` (the health group) calls `run_health_inventory` here.
 """
@@ -265,8 +267,8 @@ def _next_step(action: str, result: Any, inventory: str) -> str | None:
     if action == "gates":
         return f"read the gate failures above; `specpair gates -i {inventory}` runs them again"
     if s and not s.get("pair_consistent"):
-        return (f"{restore} (puts the recorded release back on every host); if the hosts' "
-                "records disagree it refuses: see releases/README.md, 'Recovery'")
+        return (f"{restore} (finishes the interrupted move, forward or back, then puts the "
+                "recorded release back on every host: releases/README.md, 'Recovery')")
     if action == "restore":
         return f"fix the failure above, then {restore} again"
     return (f"the pair is whole on its recorded release; fix the failure above and run "

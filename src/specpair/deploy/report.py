@@ -87,6 +87,8 @@ def print_summary(action: str, r: RunResult) -> None:
                 print(f"    {json.dumps(f)[:200]}")
         print(f"  verdict: {s['verdict']}")
     elif s:
+        if s.get("recovery"):
+            print(f"  recovery: {s['recovery']}")
         print(f"  {'host':20s} {'role':14s} {'recorded':10s} {'running':10s} {'matches':7s} "
               f"{'health':7s} gates")
         for host, h in sorted(s["hosts"].items()):
