@@ -162,8 +162,11 @@ gates-local: venv ## Run the gates at full size in the local venv (no image).
 ##@ Deployment (playbooks/, roles/, inventories/; see releases/README.md)
 
 .PHONY: deploy-test
-deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker engine (needs the cpu images), and the whole kill sweep of the stand-in pair.
+deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker engine (needs the cpu images).
 	SPECPAIR_DEPLOY_TESTS=1 SPECPAIR_DEPLOY_REQUIRE_IMAGES=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
+
+.PHONY: deploy-sweep
+deploy-sweep: venv ## Kill the whole deploy at every kill point of the stand-in pair, one converging deploy after each (long; not in make test).
 	SPECPAIR_DEPLOY_KILL_SWEEP=1 $(PY) -m pytest tests/deploy/test_deploy_recovery.py -v
 
 .PHONY: deploy-lint

@@ -7,7 +7,8 @@ its workers, each in its own session) is SIGKILLed there, then ONE deploy must c
 forward or back and why.
 
 Each point costs two deploys (3-4 minutes each on the loaded 2-core box), so this sweep runs
-only with SPECPAIR_DEPLOY_KILL_SWEEP=1 (`make deploy-test`); the default run takes one point
+only with SPECPAIR_DEPLOY_KILL_SWEEP=1 (`make deploy-sweep`, not part of `make test`: it would take
+CI past its hour); the default run takes one point
 (the first record write: records that disagree) at the end of test_deploy_standin.py, on the
 pair that module already deployed.
 """
@@ -22,7 +23,7 @@ from standin import POINTS, kill_then_deploy, make_standin
 pytestmark = pytest.mark.skipif(
     os.environ.get("SPECPAIR_DEPLOY_KILL_SWEEP") != "1",
     reason="the kill sweep takes two deploys per point (about 45 minutes on a loaded 2-core "
-    "box): SPECPAIR_DEPLOY_KILL_SWEEP=1 (make deploy-test) runs it; the default run takes one "
+    "box): SPECPAIR_DEPLOY_KILL_SWEEP=1 (make deploy-sweep) runs it; the default run takes one "
     "point in test_deploy_standin.py",
 )
 
