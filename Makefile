@@ -107,6 +107,11 @@ image-emulation: ## Set up (or check, on arm64: nothing to do) the qemu arm64 em
 image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
 	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
 
+.PHONY: image-verify-hw
+image-verify-hw: ## image-verify for rtx3090 then gb10 (hours on 2 cores, gb10 under qemu; not in CI).
+	$(MAKE) --no-print-directory image-verify PROFILE=rtx3090
+	$(MAKE) --no-print-directory image-verify PROFILE=gb10
+
 .PHONY: image-lock
 image-lock: venv ## Re-resolve images/lock/*.txt (hashes) from pyproject.toml + images/versions.lock.
 	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py
