@@ -9,12 +9,11 @@ chat template (``CHAT_TEMPLATE``) so vLLM serves ``/v1/chat/completions``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from specpair.models.tokenizer import SPECIALS
+from specpair.models.tokenizer import SPECIALS, write
 
 __all__ = ["CHAT_TEMPLATE", "train", "save"]
 
@@ -52,16 +51,4 @@ def train(texts: list[str], vocab_size: int) -> Tokenizer:
 
 def save(tok: Tokenizer, directory: Path, max_length: int) -> None:
     """Write the tokenizer files into ``directory`` (which must exist)."""
-    tok.save(str(directory / "tokenizer.json"))
-    special = {f"{k}_token": v for k, v in SPECIALS.items()}
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": max_length,
-        "clean_up_tokenization_spaces": False,
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "chat_template": CHAT_TEMPLATE,
-        **special,
-    }
-    for name, obj in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
-        (directory / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    write(tok, directory, max_length, CHAT_TEMPLATE)

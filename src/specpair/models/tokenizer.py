@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 __all__ = [
     "VOCAB_SIZE", "SPECIALS", "TOKENIZER_FILES", "CHAT_TEMPLATE", "vocabulary", "build", "save",
-    "fingerprint",
+    "write", "fingerprint",
 ]
 
 VOCAB_SIZE = 512  # a multiple of 64, so vLLM's vocabulary padding is a no-op
@@ -76,8 +76,15 @@ def build(size: int = VOCAB_SIZE) -> Tokenizer:
 
 
 def save(directory: Path, size: int = VOCAB_SIZE, max_length: int = 2048) -> None:
-    """Write the tokenizer files into ``directory`` (which must exist)."""
-    build(size).save(str(directory / "tokenizer.json"))
+    """Write the tiny pair's tokenizer files into ``directory`` (which must exist)."""
+    write(build(size), directory, max_length, CHAT_TEMPLATE)
+
+
+def write(tok: Tokenizer, directory: Path, max_length: int, chat_template: str) -> None:
+    """Write ``tok`` as a Hugging Face fast tokenizer (tokenizer.json, tokenizer_config.json,
+    special_tokens_map.json) with SPECIALS and ``chat_template``: the one writer of both pairs'
+    tokenizer files."""
+    tok.save(str(directory / "tokenizer.json"))
     special = {f"{k}_token": v for k, v in SPECIALS.items()}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -85,7 +92,7 @@ def save(directory: Path, size: int = VOCAB_SIZE, max_length: int = 2048) -> Non
         "clean_up_tokenization_spaces": False,
         "add_bos_token": True,
         "add_eos_token": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         **special,
     }
     for name, obj in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
