@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 
 from specpair.cli import build_parser, leaf_parsers, main
-from specpair.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from specpair.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_FAILED
 from specpair.overlay.cli import EXIT_BAD_OVERLAY
 from specpair.replay.format import FORMAT
 
@@ -63,6 +63,13 @@ _DEPLOY_EXTRA = ((("-i", "local", "-e", "oops"), BAD),
                  (("-i", "local", "-e", "specpair_state_root={damaged_state}"), BAD))
 SPECS: dict[tuple[str, ...], Spec] = {
     ("models", "make-tiny"): Spec(("--out", "{tmp}/never"), {"--out": FileArg("outdir")}),
+    # --pinned is read by the full preset only (before any training); PINNED without its files
+    # is "this host lacks what the command needs" (3)
+    ("models", "train-pair"): Spec(
+        ("--out", "{tmp}/never", "--preset", "smoke"),
+        {"--out": FileArg("outdir"),
+         "--pinned": FileArg("dir", code=EXIT_CANNOT_RUN, base=("--out", "{tmp}/never"))},
+        ((("--out", "{tmp}/never", "--preset", "smoke", "--check"), BAD),)),
     ("drafter", "serve"): Spec(
         ("--model", "{model}", "--key-file", "{key}", "--listen", "127.0.0.1:0"),
         {"--key-file": FileArg("key"), "--model": FileArg("dir")},

@@ -77,6 +77,12 @@ def _read_pin(path: Path) -> dict:
 
 
 def _train_pair(args: argparse.Namespace) -> int:
+    # Refused before any training (minutes), not when the files are written
+    if args.out.exists() and not args.out.is_dir():
+        raise BadInput(f"--out {args.out} exists and is not a directory")
+    if args.preset != "smoke" and args.pinned.exists() and not args.pinned.is_dir():
+        raise CannotRun(f"--pinned {args.pinned} is not a directory (it names the committed "
+                        "pair's directory)")
     pinned_corpus = pinned_pair = None
     if args.preset == "smoke":
         if args.check:
