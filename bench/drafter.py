@@ -33,8 +33,8 @@ PROMPT = 32
 class _Target:
     """Drives one engine like a target would: committed tokens per request."""
 
-    def __init__(self, engine: DrafterEngine, b: int, seed: int) -> None:
-        self.engine, self.rng = engine, random.Random(seed)
+    def __init__(self, engine: DrafterEngine, b: int, seed: int, k: int = K) -> None:
+        self.engine, self.rng, self.k = engine, random.Random(seed), k
         self.hist = {r: [1] + [self.rng.randrange(10, 512) for _ in range(PROMPT - 1)]
                      for r in range(b)}
         self.new = {r: list(h) for r, h in self.hist.items()}
@@ -42,21 +42,26 @@ class _Target:
         self.round = 0
 
     def items(self, ids: list[int]) -> tuple[ProposeItem, ...]:
-        return tuple(ProposeItem(r, torch.tensor(self.new[r]), self.acc[r], len(self.hist[r]), K,
-                                 RequestParams(1.0, 0, 1.0, r), None) for r in ids)
+        return tuple(ProposeItem(r, torch.tensor(self.new[r]), self.acc[r], len(self.hist[r]),
+                                 self.k, RequestParams(1.0, 0, 1.0, r), None) for r in ids)
 
     def answer(self, got) -> None:  # noqa: ANN001
         for it in got.items:
-            n = self.rng.randrange(0, K + 1)
+            n = self.rng.randrange(0, self.k + 1)
             self.acc[it.request_id] = n
             self.new[it.request_id] = it.tokens[:n].tolist() + [self.rng.randrange(10, 512)]
             self.hist[it.request_id] += self.new[it.request_id]
 
-    def run(self, ids: list[int]) -> float:
-        t = time.perf_counter()
-        got = self.engine.handle(Propose(self.round, self.items(ids)))
-        dt = time.perf_counter() - t
+    def request(self, ids: list[int]) -> Propose:
+        """The next round's PROPOSE for the given requests."""
         self.round += 1
+        return Propose(self.round - 1, self.items(ids))
+
+    def run(self, ids: list[int]) -> float:
+        frame = self.request(ids)
+        t = time.perf_counter()
+        got = self.engine.handle(frame)
+        dt = time.perf_counter() - t
         self.answer(got)
         return dt
 

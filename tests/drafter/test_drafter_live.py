@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM
 
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
+from specpair.pairprocs import read_ready
 from specpair.proposal import Proposal
 from specpair.rng import Stream, uniform
 from specpair.sampling import SamplingParams, process_logits, sample_from_weights
@@ -61,14 +62,10 @@ def start_drafter(model: Path, key_file: Path, port: int = 0) -> Drafter:
                             env=env)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-    ready: list[str] = []
-    reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    if not ready or not ready[0]:
+    info = read_ready(proc.stdout, START_TIMEOUT_S)
+    if info is None:
         proc.kill()
         raise AssertionError(f"drafter did not start: {''.join(lines)[-2000:]}")
-    info = json.loads(ready[0])
     return Drafter(proc, int(info["listen"].rsplit(":", 1)[1]), info["metrics"], lines)
 
 

@@ -24,6 +24,7 @@ import torch
 from specpair.deploy.release import image_tag
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
+from specpair.pairprocs import read_ready
 from specpair.sampling import SamplingParams
 from specpair.verify import verify
 from specpair.wire.assemble import to_proposal
@@ -92,17 +93,13 @@ def served(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
     )
     stderr: list[str] = []
     threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True).start()
-    ready: list[str] = []
-    reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(START_TIMEOUT_S)
+    info = read_ready(proc.stdout, START_TIMEOUT_S)
     try:
-        if not ready or not ready[0]:
+        if info is None:
             raise AssertionError(
                 f"the drafter in {image} did not start within "
                 f"{START_TIMEOUT_S}s: {''.join(stderr)[-2000:]}"
             )
-        info = json.loads(ready[0])
         yield {
             "port": int(info["listen"].rsplit(":", 1)[1]),
             "metrics": info["metrics"],

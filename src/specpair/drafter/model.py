@@ -41,6 +41,8 @@ from specpair.wire.frames import FeatureSpec
 
 __all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "cache_length"]
 
+_MASK_SPARE = 32  # mask columns allocated for draft steps (docs/wire.md: K <= 32)
+
 
 @dataclass(frozen=True)
 class Row:
@@ -103,7 +105,7 @@ class HFDraftModel:
         size = next(self.model.parameters()).element_size()
         self.kv_bytes_per_token = 2 * layers * heads * head_dim * size  # keys and values
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def begin(self, rows: Sequence[Row]) -> tuple[_HFSession, torch.Tensor]:
         assert rows and all(r.tokens.ndim == 1 and r.tokens.numel() > 0 for r in rows)
         b = len(rows)
@@ -112,25 +114,34 @@ class HFDraftModel:
         n = [r.tokens.numel() for r in rows]
         p_max, t_max = max(past), max(n)
         dev = self.device
-        ids = torch.full((b, t_max), self.pad_id, dtype=torch.int64)
-        pos = torch.zeros((b, t_max), dtype=torch.int64)
-        mask = torch.zeros((b, p_max + t_max), dtype=torch.int64)
-        for i, r in enumerate(rows):
-            ids[i, : n[i]] = r.tokens
-            pos[i] = r.start + torch.arange(t_max).clamp(max=n[i] - 1)
-            mask[i, p_max - past[i]: p_max] = 1
-            mask[i, p_max: p_max + n[i]] = 1
+        if b == 1:  # no padding: the tokens as they are, a mask of ones
+            ids = rows[0].tokens.unsqueeze(0)
+            pos = torch.arange(past[0], past[0] + n[0]).unsqueeze(0)
+            mask = torch.ones((1, p_max + t_max + _MASK_SPARE), dtype=torch.int64)
+        else:
+            ids = torch.full((b, t_max), self.pad_id, dtype=torch.int64)
+            mask = torch.zeros((b, p_max + t_max + _MASK_SPARE), dtype=torch.int64)
+            for i, r in enumerate(rows):
+                ids[i, : n[i]] = r.tokens
+                mask[i, p_max - past[i]: p_max + n[i]] = 1
+            mask[:, p_max + t_max:] = 1  # the slots draft steps will fill
+            nt = torch.tensor(n).unsqueeze(1)
+            pos = torch.tensor(past).unsqueeze(1) + torch.minimum(torch.arange(t_max), nt - 1)
         if b == 1 and rows[0].cache is not None:
             cache = rows[0].cache  # nothing to pad or stack: fed in place (finish returns it)
         else:
             cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
-        out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+        mask = mask.to(dev)
+        width = p_max + t_max
+        out = self.model(input_ids=ids.to(dev), attention_mask=mask[:, :width],
                          position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
-        last = torch.tensor(n, device=dev) - 1
-        logits = out.logits[torch.arange(b, device=dev), last]  # [B, V]
-        session = _HFSession(self.model, out.past_key_values, mask.to(dev),
-                             torch.tensor([r.start + k for r, k in zip(rows, n, strict=True)],
-                                          device=dev))
+        if b == 1:
+            logits = out.logits[:, -1]
+        else:
+            last = torch.tensor(n, device=dev) - 1
+            logits = out.logits[torch.arange(b, device=dev), last]  # [B, V]
+        next_pos = torch.tensor([r.start + k for r, k in zip(rows, n, strict=True)], device=dev)
+        session = _HFSession(self.model, out.past_key_values, mask, width, next_pos)
         return session, logits.float().cpu()
 
     def crop(self, cache: DynamicCache, length: int) -> DynamicCache | None:
@@ -143,14 +154,27 @@ class HFDraftModel:
 
 
 class _HFSession:
-    def __init__(self, model: torch.nn.Module, cache: DynamicCache, mask: torch.Tensor,
-                 next_pos: torch.Tensor) -> None:
-        self.model, self.cache, self.mask, self.next_pos = model, cache, mask, next_pos
+    """The draft steps of one round. ``mask`` is a buffer of the round's attention mask with
+    spare columns of ones past ``width``, the slots the steps fill: each step's mask is a
+    view of its first ``width`` + 1 columns (the same values as padding a column of ones on
+    each step, without a new tensor per step), reallocated only past _MASK_SPARE steps."""
 
-    @torch.no_grad()
+    def __init__(self, model: torch.nn.Module, cache: DynamicCache, mask: torch.Tensor,
+                 width: int, next_pos: torch.Tensor) -> None:
+        self.model, self.cache, self.next_pos = model, cache, next_pos
+        self.buf, self.width = mask, width
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[B, L] the mask over every slot fed so far (past, tokens, stepped drafts)."""
+        return self.buf[:, : self.width]
+
+    @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        dev = self.mask.device
-        self.mask = torch.nn.functional.pad(self.mask, (0, 1), value=1)
+        dev = self.buf.device
+        self.width += 1
+        if self.width > self.buf.shape[1]:
+            self.buf = torch.nn.functional.pad(self.buf, (0, _MASK_SPARE), value=1)
         out = self.model(input_ids=tokens.to(dev).unsqueeze(1), attention_mask=self.mask,
                          position_ids=self.next_pos.unsqueeze(1), past_key_values=self.cache,
                          use_cache=True)
@@ -159,7 +183,7 @@ class _HFSession:
         return out.logits[:, -1].float().cpu()
 
     def finish(self) -> list[DynamicCache]:
-        if self.mask.shape[0] == 1:  # one row never has padding slots: its cache as it is
+        if self.buf.shape[0] == 1:  # one row never has padding slots: its cache as it is
             return [self.cache]
         real = self.mask.bool()  # [B, L]
         layers = [(layer.keys, layer.values) for layer in self.cache.layers]
