@@ -98,3 +98,13 @@ def test_bench_replay_refuses_bad_input_in_one_line(argv, says, tmp_path, capsys
         bench_main([str(tmp_path / a) if a == "NOPAIR" else a for a in argv])
     err = capsys.readouterr().err
     assert e.value.code == 4 and says in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("ids, says", [
+    (torch.tensor([1, 2, 3]), r"prompt_ids must be \[N, L >= 1\], got shape \(3,\)"),
+    (torch.tensor([[1, 512]]), r"prompt_ids must be token ids in 0\.\.511"),
+])
+def test_given_prompts_are_checked(tiny, ids, says):
+    with pytest.raises(ValueError, match=says):
+        record_from_models(tiny.target, tiny.draft, prompt_ids=ids, tokens=3, depth=2,
+                           temperature=1.0)

@@ -32,6 +32,8 @@ def record_from_models(target_dir: str | Path, draft_dir: str | Path, *, prompts
     """A ``Recording`` of ``N * ((tokens - depth - 1) // (depth + 1) + 1)`` rounds."""
     from transformers import AutoModelForCausalLM  # heavy; only when recording
 
+    if prompt_ids is not None and (prompt_ids.ndim != 2 or prompt_ids.shape[1] < 1):
+        raise ValueError(f"prompt_ids must be [N, L >= 1], got shape {tuple(prompt_ids.shape)}")
     n = prompts if prompt_ids is None else prompt_ids.shape[0]
     if depth < 1 or tokens < depth + 1 or n < 1:
         raise ValueError("need depth >= 1, tokens >= depth + 1 and at least one prompt")
@@ -48,8 +50,8 @@ def record_from_models(target_dir: str | Path, draft_dir: str | Path, *, prompts
                          torch.randint(10, vocab, (n, prompt_len), generator=gen)], dim=1)
     else:
         seq = prompt_ids.to(torch.int64)
-        if seq.ndim != 2 or seq.shape[1] < 1 or not 0 <= int(seq.min()) <= int(seq.max()) < vocab:
-            raise ValueError(f"prompt_ids must be [N, L >= 1] ids in 0..{vocab - 1}")
+        if not 0 <= int(seq.min()) <= int(seq.max()) < vocab:
+            raise ValueError(f"prompt_ids must be token ids in 0..{vocab - 1}")
     start = seq.shape[1]
     past, step_in = None, seq
     for _ in range(tokens):
