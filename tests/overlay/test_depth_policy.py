@@ -1,0 +1,179 @@
+"""The depth policy (specpair.vllm.depth_policy): what k it picks from running estimates of
+acceptance and step cost, its fallback to target-only and its way back, the pinned modes,
+and that its choices depend on earlier rounds only."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from specpair.vllm.depth_policy import (
+    DepthPolicy,
+    PolicySetting,
+    expected_tokens,
+    parse_setting,
+)
+from specpair.vllm.metrics import TargetMetrics
+
+K = 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _drive(policy, clock, rounds, accepted_of, cost, req="r"):
+    """``rounds`` decode steps of one request: the verifier accepts ``accepted_of(k)`` of the
+    k drafts handed, and a step that handed k drafts takes ``cost(k)`` seconds. Returns the
+    k chosen at each step."""
+    chosen, sampled, handed = [], 1, 0
+    for _ in range(rounds):
+        clock.now += cost(handed)
+        policy.begin({req})
+        k = policy.choose(req, sampled)
+        policy.handed(req, k)
+        chosen.append(k)
+        sampled, handed = 1 + accepted_of(k), k
+    return chosen
+
+
+def test_expected_tokens_is_one_plus_the_sum_of_prefix_products():
+    assert expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
+    assert expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens([1.0, 0.0, 1.0], 3) == 2.0
+
+
+def test_it_picks_the_k_maximizing_expected_tokens_per_second():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    # step cost 1 + 0.2 k, acceptance 0.9 at every position, fed in as observations
+    for k in itertools.islice(itertools.cycle(range(K + 1)), 300):
+        p.fit.add(k, 1.0 + 0.2 * k)
+    p.begin({"r"})
+    p.choose("r", 1)
+    r = p._reqs["r"]
+    r.counts.tested[:] = [1000.0] * K
+    r.counts.accepted[:] = [900.0] * K
+    accept = p.acceptance("r")
+    assert accept == pytest.approx([0.9] * K, abs=0.01)
+    rates = [expected_tokens(accept, k) / (1.0 + 0.2 * k) for k in range(K + 1)]
+    assert p.best("r") == max(range(K + 1), key=rates.__getitem__)
+    assert p.fit.coef == pytest.approx((1.0, 0.2), rel=0.02)  # the prior slope fades
+    # the same acceptance with a costly draft step: fewer drafts pay
+    q = DepthPolicy(K, clock=clock)
+    for k in itertools.islice(itertools.cycle(range(K + 1)), 300):
+        q.fit.add(k, 1.0 + 1.5 * k)
+    q.begin({"r"})
+    q.choose("r", 1)
+    q._reqs["r"].counts = r.counts
+    assert q.best("r") < p.best("r")
+
+
+def test_it_stops_drafting_when_drafts_are_never_accepted_and_probes_cheaply():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    chosen = _drive(p, clock, 200, lambda k: 0, lambda k: 0.01 + 0.003 * k)
+    assert chosen[0] > 0  # it starts by drafting (optimistic prior)
+    tail = chosen[100:]
+    assert tail.count(0) >= len(tail) * 14 // 16  # target-only but for the probes
+    assert set(tail) <= {0, 1}  # the probe is one draft
+    assert 1 in tail
+
+
+def test_it_comes_back_once_probes_show_acceptance():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    cost = lambda k: 0.01 + 0.002 * k  # noqa: E731
+    off = _drive(p, clock, 150, lambda k: 0, cost)
+    assert off[-20:].count(0) >= 18
+    # the law changes: every draft is accepted now; only probes can show it
+    chosen = _drive(p, clock, 400, lambda k: k, cost)
+    assert chosen[-50:].count(K) >= 45
+
+
+def test_pinned_modes_are_obeyed():
+    clock = Clock()
+    for setting, want in ((PolicySetting("fixed", 2), [2] * 12),
+                          (PolicySetting("fixed"), [K] * 12),
+                          (PolicySetting("off"), [0] * 12),
+                          (PolicySetting("schedule", schedule=(3, 0, 1, 2)), [3, 0, 1, 2] * 3)):
+        p = DepthPolicy(K, setting, clock=clock)
+        assert _drive(p, clock, 12, lambda k: 0, lambda k: 0.01) == want
+
+
+def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():
+    assert parse_setting("adaptive", K) == PolicySetting("adaptive")
+    assert parse_setting("", K) == PolicySetting("adaptive")
+    assert parse_setting("off", K) == PolicySetting("off")
+    assert parse_setting("fixed", K) == PolicySetting("fixed", None)
+    assert parse_setting("fixed:0", K) == PolicySetting("fixed", 0)
+    assert parse_setting("schedule:3,0,1,2", K).schedule == (3, 0, 1, 2)
+    for bad in ("fixed:5", "fixed:-1", "fixed:x", "schedule:", "schedule:1,,2", "sometimes",
+                "off:2"):
+        with pytest.raises(ValueError, match="SPECPAIR_DEPTH_POLICY"):
+            parse_setting(bad, K)
+
+
+def test_from_env_reads_the_variable(monkeypatch):
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "fixed:1")
+    assert DepthPolicy.from_env(K).setting == PolicySetting("fixed", 1)
+    monkeypatch.delenv("SPECPAIR_DEPTH_POLICY")
+    assert DepthPolicy.from_env(K).setting == PolicySetting("adaptive")
+
+
+def test_choices_use_only_earlier_rounds():
+    """Two runs whose verifier outcomes agree up to round n make the same choices up to and
+    including round n + 1 (the choice of round n + 1 reads round n's outcome, no later one),
+    and a choice never changes when only the current round's outcome differs."""
+    clock_a, clock_b = Clock(), Clock()
+    a, b = DepthPolicy(K, clock=clock_a), DepthPolicy(K, clock=clock_b)
+    cost = lambda k: 0.01 + 0.002 * k  # noqa: E731
+    outcomes_a = itertools.cycle([0, 1, 2, 0, 3])
+    outcomes_b = itertools.cycle([0, 1, 2, 0, 3])
+    n = 60
+    ch_a = _drive(a, clock_a, n, lambda k: min(k, next(outcomes_a)), cost)
+    ch_b = _drive(b, clock_b, n, lambda k: min(k, next(outcomes_b)), cost)
+    assert ch_a == ch_b
+    # round n's outcome differs (all accepted in a, none in b): the choice of round n + 1
+    # is the first that may differ, and it is made at the next step, after the outcome
+    clock_a.now += cost(ch_a[-1])
+    clock_b.now += cost(ch_b[-1])
+    a.begin({"r"})
+    b.begin({"r"})
+    a.choose("r", 1 + ch_a[-1])
+    b.choose("r", 1)
+    assert a.acceptance("r") != b.acceptance("r")
+
+
+def test_finished_requests_are_forgotten_and_the_chosen_depths_are_exported():
+    clock = Clock()
+    p = DepthPolicy(K, PolicySetting("schedule", schedule=(2, 0)), clock=clock)
+    _drive(p, clock, 4, lambda k: k, lambda k: 0.01, req="a")
+    p.begin({"b"})
+    assert "a" not in p._reqs
+    p.handed("a", 3)  # a request the policy was not asked about this step: ignored
+    reg = CollectorRegistry()
+    m = TargetMetrics(reg)
+    m.init_depth(K)
+    assert [reg.get_sample_value("specpair_chosen_depth_total", {"depth": str(k)})
+            for k in range(K + 1)] == [0.0] * (K + 1)
+
+    class NoSession:
+        connected, last_round_s = True, None
+
+        class counters:  # noqa: N801
+            rounds = drafted = resync = refused = 0
+            missing_by_reason: dict = {}
+            draft_tokens_by: dict = {}
+            accepted_by: dict = {}
+
+    m.publish(NoSession(), p)
+    m.publish(NoSession(), p)  # exported once, not twice
+    assert [reg.get_sample_value("specpair_chosen_depth_total", {"depth": str(k)})
+            for k in range(K + 1)] == [2.0, 0.0, 2.0, 0.0, 0.0]
