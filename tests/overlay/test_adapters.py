@@ -286,3 +286,22 @@ def test_v1_asks_for_the_depth_the_policy_chooses_each_round(monkeypatch):
     assert got == [[[0, 1, 2]], [[]], [[0]]]
     assert [[it.depth for it in b] for b in proposer.source.batches] == [[3], [1]]
     assert proposer.policy.chosen == [1, 1, 0, 1]
+
+
+def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
+    """k cycling 2, 0 by round: num_valid says how many leading drafts carry q (the rest are
+    invalid drafts: the target samples there), and a k = 0 round sends nothing."""
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "schedule:2,0")
+    spec, states = _v2()
+    spec.source = FakeSource(["ok"])
+    temp = torch.ones(4)
+    batch = _batch(["x"], [1], [0, 1])
+    for n, sampled, rejected, valid in ((3, 1, 0, 2), (5, 2, 1, 0)):
+        states.total_len.gpu[1] = n
+        drafts = spec.propose(batch, None, None, torch.zeros(6, 8), None,
+                              torch.tensor([sampled]), torch.tensor([rejected]), None, None,
+                              temp, torch.arange(4))
+        assert spec.num_valid[1] == valid
+        assert drafts[0, valid:].eq(0).all() and torch.isneginf(spec.draft_logits[1, valid:]).all()
+    assert [[it.depth for it in b] for b in spec.source.batches] == [[2]]
+    assert spec.policy.chosen == [1, 0, 1, 0]
