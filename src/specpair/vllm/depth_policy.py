@@ -9,8 +9,8 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
   from RUNNING estimates: a_j, the chance that draft j is accepted once drafts 1..j-1 were,
   counted per request from earlier rounds' accepted counts (shrunk towards the engine-wide
   counts), and t(k) = a + b*k, a decayed least-squares fit of the time between successive
-  propose calls (target verify + drafter round + wire) against the depth handed at the
-  earlier call. k = 0 (target-only for that request) when no k > 0 beats it; every
+  propose calls (target verify + drafter round + wire) against the largest depth asked for
+  at the earlier call. k = 0 (target-only for that request) when no k > 0 beats it; every
   ``probe_every``-th round of a request drafts one more than its best k (k = 1 from 0; one
   less from K), so a request that stopped drafting can come back and the cost fit sees two
   depths.
@@ -143,14 +143,14 @@ class DepthPolicy:
         self._pool = _Counts([0.0] * self.k_max, [0.0] * self.k_max)  # engine-wide, decayed
         self.fit = _Fit()
         self._last: float | None = None  # clock at the last begin
-        self._last_depth: int | None = None  # largest depth handed at the last step
+        self._last_depth: int | None = None  # largest depth asked for at the last step
 
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
         return cls(k_max, parse_setting(os.environ.get(ENV, "adaptive"), k_max))
 
     def begin(self, live: Collection[str]) -> None:
-        """A step starts: time the last one (against the depth it handed) and forget
+        """A step starts: time the last one (against the largest depth asked for) and forget
         finished requests."""
         now = self.clock()
         if self._last is not None and self._last_depth is not None:
@@ -173,6 +173,8 @@ class DepthPolicy:
         k = self._pick(req_id, r)
         r.rounds += 1
         self.chosen[k] += 1
+        # the step is timed against what was asked: a round that came back late still cost it
+        self._last_depth = max(self._last_depth or 0, k)
         return k
 
     def handed(self, req_id: str, depth: int) -> None:
@@ -182,7 +184,6 @@ class DepthPolicy:
         if r is None:
             return
         r.handed = depth
-        self._last_depth = max(self._last_depth or 0, depth)
 
     def acceptance(self, req_id: str) -> list[float]:
         """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's)."""
