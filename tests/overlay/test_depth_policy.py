@@ -28,16 +28,18 @@ class Clock:
         return self.now
 
 
-def _drive(policy, clock, rounds, accepted_of, cost, req="r"):
+def _drive(policy, clock, rounds, accepted_of, cost, req="r", round_of=None):
     """``rounds`` decode steps of one request: the verifier accepts ``accepted_of(k)`` of the
-    k drafts handed, and a step that handed k drafts takes ``cost(k)`` seconds. Returns the
-    k chosen at each step."""
+    k drafts handed, and a step that asked for k drafts takes ``cost(k)`` seconds, of which
+    its PROPOSE round took ``round_of(k)`` (when given; no round at k = 0). Returns the k
+    chosen at each step."""
     chosen, sampled, handed = [], 1, 0
     for _ in range(rounds):
         clock.now += cost(handed)
         policy.begin({req})
         k = policy.choose(req, sampled)
         policy.handed(req, k)
+        policy.round_time(round_of(k) if round_of and k else None)
         chosen.append(k)
         sampled, handed = 1 + accepted_of(k), k
     return chosen
@@ -84,6 +86,28 @@ def test_it_stops_drafting_when_drafts_are_never_accepted_and_probes_cheaply():
     assert tail.count(0) >= len(tail) * 14 // 16  # target-only but for the probes
     assert set(tail) <= {0, 1}  # the probe is one draft
     assert 1 in tail
+
+
+def test_a_round_overhead_that_drafts_cannot_pay_for_means_target_only():
+    """The overhead-dominated regime (issue 15's tiny pair): a target step of 3.5 ms, a
+    drafter round of 4.5 ms + 0.3 ms per draft, acceptance 3/4, 2/3, 1/2 by position.
+    Drafting K = 3 makes E = 2.5 tokens in 9.4 ms, target-only 1 token in 3.5 ms: the policy
+    must see that the round is absent at k = 0, and its probes (k = 1, and the odd round at
+    3 after an accepted probe) must cost under 2 % against target-only."""
+    clock = Clock()
+    p = DepthPolicy(3, clock=clock)
+    rnd = lambda k: 0.0045 + 0.0003 * k  # noqa: E731
+    cost = lambda k: 0.0035 + 0.0001 * k + (rnd(k) if k else 0.0)  # noqa: E731
+    half = itertools.cycle([0, 1, 2, 3])
+    chosen = _drive(p, clock, 300, lambda k: min(k, next(half)), cost, round_of=rnd)
+    assert chosen[0] == 3
+    tail = chosen[100:]
+    assert tail.count(0) >= len(tail) * 14 // 16, tail
+    real = [0.75, 2 / 3, 0.5]
+    rate = sum(expected_tokens(real, k) for k in tail) / sum(cost(k) for k in tail)
+    assert rate >= 0.98 / cost(0), (rate, 1 / cost(0))  # measured 0.994
+    assert p.time(0) == pytest.approx(0.0035, rel=0.1)
+    assert p.time(3) == pytest.approx(cost(3), rel=0.1)
 
 
 def test_it_comes_back_once_probes_show_acceptance():

@@ -8,12 +8,14 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
   E(k) / t(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j (Leviathan et al. 2023, 3.3),
   from RUNNING estimates: a_j, the chance that draft j is accepted once drafts 1..j-1 were,
   counted per request from earlier rounds' accepted counts (shrunk towards the engine-wide
-  counts), and t(k) = a + b*k, a decayed least-squares fit of the time between successive
-  propose calls (target verify + drafter round + wire) against the largest depth asked for
-  at the earlier call. k = 0 (target-only for that request) when no k > 0 beats it; every
-  ``probe_every``-th round of a request drafts one more than its best k (k = 1 from 0; one
-  less from K), so a request that stopped drafting can come back and the cost fit sees two
-  depths.
+  counts), and the step time t(k): the time between successive propose calls, split into
+  the PROPOSE round as the session timed it (drafter + wire; none at k = 0) and the rest
+  (the target's verify of 1 + k tokens, vLLM's own work), each a decayed least-squares fit
+  a + b*k against the largest depth asked for at the earlier call. k = 0 (target-only for
+  that request) when no k > 0 beats it. A probe round drafts one more than the best k
+  (k = 1 from 0; one less from K), so a request that stopped drafting can come back and
+  the fits see two depths: every ``probe_every`` rounds while a request drafts, at gaps
+  doubling up to PROBE_MAX rounds while it stays at 0.
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given).
 - ``off``: never draft (every step target-only).
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
@@ -34,7 +36,8 @@ from dataclasses import dataclass, field
 __all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "ENV"]
 
 ENV = "SPECPAIR_DEPTH_POLICY"
-PROBE_EVERY = 16  # rounds of a request between probes (adaptive)
+PROBE_EVERY = 16  # rounds of a request between probes (adaptive), while it drafts
+PROBE_MAX = 256  # ... doubling up to this while it stays at k = 0
 _DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
 _PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many engine-wide rounds
 _PRIOR_A = 0.7  # acceptance per position before anything is seen (optimistic: it drafts K)
@@ -96,6 +99,8 @@ class _Counts:
 class _Req:
     counts: _Counts
     rounds: int = 0  # choices made for this request
+    probe_gap: int = PROBE_EVERY  # rounds from one probe to the next
+    next_probe: int = PROBE_EVERY - 1  # the round of the next probe
     handed: int = 0  # drafts handed to the verifier at the last step
 
 
@@ -108,7 +113,7 @@ class _Fit:
     y: float = 0.0
     xx: float = 0.0
     xy: float = 0.0
-    coef: tuple[float, float] = (1.0, _PRIOR_SLOPE)  # (a, b); scale-free until timed
+    coef: tuple[float, float] = (1.0, _PRIOR_SLOPE)  # (a, b) until timed (relative units)
 
     def add(self, x: float, y: float) -> None:
         d = _DECAY
@@ -141,7 +146,9 @@ class DepthPolicy:
         self.chosen = [0] * (self.k_max + 1)
         self._reqs: dict[str, _Req] = {}
         self._pool = _Counts([0.0] * self.k_max, [0.0] * self.k_max)  # engine-wide, decayed
-        self.fit = _Fit()
+        self.fit = _Fit()  # the step without its PROPOSE round: verify of 1 + k tokens
+        self.round_fit = _Fit(coef=(0.0, 0.0))  # the PROPOSE round (k > 0); 0 until timed
+        self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
 
@@ -152,12 +159,14 @@ class DepthPolicy:
     def begin(self, live: Collection[str]) -> None:
         """A step starts: time the last one (against the largest depth asked for) and forget
         finished requests."""
-        now = self.clock()
-        if self._last is not None and self._last_depth is not None:
+        now, k = self.clock(), self._last_depth
+        if self._last is not None and k is not None:
             gap = now - self._last
-            if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.fit.time(self._last_depth):
-                self.fit.add(self._last_depth, gap)
-        self._last, self._last_depth = now, None
+            if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
+                self.fit.add(k, max(0.0, gap - (self._round or 0.0)))
+                if k and self._round is not None:
+                    self.round_fit.add(k, self._round)
+        self._last, self._last_depth, self._round = now, None, None
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
 
@@ -185,6 +194,14 @@ class DepthPolicy:
             return
         r.handed = depth
 
+    def round_time(self, seconds: float | None) -> None:
+        """The PROPOSE round of this step took ``seconds`` (None: none was sent)."""
+        self._round = seconds
+
+    def time(self, k: int) -> float:
+        """The fitted step time with depth k: no PROPOSE round at k = 0."""
+        return self.fit.time(k) + (self.round_fit.time(k) if k else 0.0)
+
     def acceptance(self, req_id: str) -> list[float]:
         """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's)."""
         r = self._reqs.get(req_id)
@@ -199,7 +216,7 @@ class DepthPolicy:
     def best(self, req_id: str) -> int:
         """The k in 0..K maximizing E(k) / t(k) for ``req_id`` now (ties: the smaller)."""
         accept = self.acceptance(req_id)
-        rates = [expected_tokens(accept, k) / self.fit.time(k) for k in range(self.k_max + 1)]
+        rates = [expected_tokens(accept, k) / self.time(k) for k in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
     def _pick(self, req_id: str, r: _Req) -> int:
@@ -211,7 +228,11 @@ class DepthPolicy:
         if s.mode == "schedule":
             return min(s.schedule[r.rounds % len(s.schedule)], self.k_max)
         k = self.best(req_id)
-        if r.rounds % s.probe_every == s.probe_every - 1:
+        if r.rounds >= r.next_probe:
+            # while it stays off, each probe waits twice as long (a probe that does not pay
+            # costs less and less); drafting again, every probe_every rounds
+            r.probe_gap = min(2 * r.probe_gap, PROBE_MAX) if k == 0 else s.probe_every
+            r.next_probe = r.rounds + r.probe_gap
             k = k + 1 if k < self.k_max else k - 1
         return k
 

@@ -177,6 +177,7 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     drafts = session.step(steps)
     for s, d in zip(steps, drafts, strict=True):
         proposer.policy.handed(s.req_id, 0 if d is None else d.depth)
+    proposer.policy.round_time(session.last_round_s)
     proposer.metrics.publish(session, proposer.policy)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
     runner._draft_probs = proposer.q.write(drafts).to(runner.device)

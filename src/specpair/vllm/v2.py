@@ -199,6 +199,7 @@ class RemoteSpeculator(LazyRemote):
         drafts = session.step(steps)
         for s, d in zip(steps, drafts, strict=True):
             self.policy.handed(s.req_id, 0 if d is None else d.depth)
+        self.policy.round_time(session.last_round_s)
         self.metrics.publish(session, self.policy)
         tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
         # requests still in prefill (nothing sampled) are handled by vLLM itself
