@@ -11,7 +11,8 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
   expand fix) excluded: the power control.
 
-SPEC and NOFIX run the depth policy as shipped (adaptive, its default). One more run,
+SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
+control's power must not depend on the policy stopping drafts it sees fail). One more run,
 SCHED, pins it to the schedule k = 3, 0, 1, 2 by round of each request
 (``SPECPAIR_DEPTH_POLICY=schedule:3,0,1,2``), so every request's depth changes mid-request,
 and compares generated-token indices 1..7 of SCHED_TOKENS-token samples with REF the
@@ -118,7 +119,10 @@ def runs(setup, ref):
     drafter = Drafter(pair.draft, key, root / "drafter.log")
     try:
         env = _remote_env(setup, drafter)
-        out["nofix"] = probe(nofix, pair.target, root / "nofix.log", env=env, spec="remote",
+        # the control drafts K every round: the adaptive policy would stop drafting once the
+        # broken expand showed ~no acceptance, and the control would lose its power
+        out["nofix"] = probe(nofix, pair.target, root / "nofix.log",
+                             env={**env, "SPECPAIR_DEPTH_POLICY": "fixed"}, spec="remote",
                              prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4)
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
