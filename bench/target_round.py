@@ -29,6 +29,7 @@ import torch
 from bench.wire import _hello, _items
 from specpair import qlaw
 from specpair.proposal import QKind
+from specpair.vllm.depth_policy import DepthPolicy, PolicySetting
 from specpair.vllm.v1 import RemoteProposer, propose_remote
 from specpair.wire.codec import decode, encode
 from specpair.wire.frames import DraftItem, ProposalFrame
@@ -81,6 +82,7 @@ def _runner(context: int) -> tuple[SimpleNamespace, RemoteProposer]:
         scheduler_config=SimpleNamespace(max_num_seqs=B),
     )
     proposer = RemoteProposer(cfg)
+    proposer.policy = DepthPolicy(K, PolicySetting("fixed"))  # every round at K, as prepared
     proposer.source = _PreparedWire(_items(B)["SPARSE top-64"])
     sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=3)
     req_ids = [f"r{i}" for i in range(B)]

@@ -34,13 +34,20 @@ class Sampling:
 @dataclass(frozen=True)
 class Config:
     """One engine: its ``--speculative-config`` (DRAFT stands for the draft model's dir) and,
-    for specpair, the drafter's ``serve`` options; ``model`` "draft" serves the draft alone."""
+    for specpair, the drafter's ``serve`` options and the engine's depth policy
+    (``SPECPAIR_DEPTH_POLICY``); ``model`` "draft" serves the draft alone."""
 
     name: str
     speculative: dict | None = None
     drafter_args: tuple[str, ...] | None = None  # None: no drafter process
+    depth_policy: str | None = None  # SPECPAIR_DEPTH_POLICY of the engine (None: not set)
     model: str = "target"
     result: bool = True  # a row of the results (False: a calibration)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What this configuration adds to the engine's environment."""
+        return {} if self.depth_policy is None else {"SPECPAIR_DEPTH_POLICY": self.depth_policy}
 
     def speculative_arg(self, draft_dir: str) -> str | None:
         if self.speculative is None:
@@ -61,9 +68,10 @@ def configs(calibrate: bool) -> list[tuple[Config, str]]:
         # vLLM's default draft_sample_method ("greedy"): argmax drafts, point-mass q
         (Config("vllm_draft_model", {"method": "draft_model", "model": "DRAFT",
                                      "num_speculative_tokens": K}), ""),
-        (Config("specpair_greedy", REMOTE, ("--mode", "greedy")), ""),
-        (Config("specpair_sampled", REMOTE, ("--mode", "sampled")), ""),
-        # specpair_adaptive joins here once the adaptive policy's switch exists (issue 15 item 4)
+        # the fixed-K rows pin the depth policy to K; specpair_adaptive runs it as shipped
+        (Config("specpair_greedy", REMOTE, ("--mode", "greedy"), f"fixed:{K}"), ""),
+        (Config("specpair_sampled", REMOTE, ("--mode", "sampled"), f"fixed:{K}"), ""),
+        (Config("specpair_adaptive", REMOTE, ("--mode", "sampled"), "adaptive"), ""),
     ]
     if calibrate:
         run.append((Config("draft_alone", model="draft", result=False), ""))

@@ -40,7 +40,7 @@ def progress(text: str) -> None:
 def _engine(config: Config, pair: Path, work: Path, vllm_dir: Path, key: Path, tag: str,
             extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
     drafter = None
-    env = {**engine_env(), **extra_env}
+    env = {**engine_env(), **config.env, **extra_env}
     prom = work / f"prometheus-{tag}"
     prom.mkdir(parents=True, exist_ok=True)
     for f in prom.iterdir():  # an empty directory per start (docs/operations.md)

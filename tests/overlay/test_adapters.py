@@ -15,6 +15,12 @@ from specpair.qlaw import Drafts
 from specpair.vllm.v2 import merge_invalid_drafts, write_draft_logits
 
 
+@pytest.fixture(autouse=True)
+def _fixed_depth(monkeypatch):
+    """These tests check q and tokens at the configured K: the depth policy is pinned there
+    (its own choices: test_depth_policy.py and the schedule test below)."""
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "fixed")
+
 def test_write_draft_logits_stores_t_log_q_and_clears_stale_rows():
     buf = torch.zeros(6, K, V)  # stale garbage everywhere
     lq = torch.log_softmax(torch.randn(K, V), -1)
@@ -254,3 +260,48 @@ def test_v1_q_rows_scatter_sparse_q_and_clear_what_the_last_step_wrote():
                 torch.testing.assert_close(got[i, :k], qlaw.probs(d, V), rtol=2**-23, atol=0)
             assert not got[i, k:].any()
     assert not q.buf[1:].any()  # rows past the last (one-request) step hold nothing stale
+
+
+def test_v1_asks_for_the_depth_the_policy_chooses_each_round(monkeypatch):
+    """k cycling 3, 0, 1 by round: the PROPOSE items carry it, a k = 0 round sends nothing
+    (target-only), q rows past k stay 0, and what was handed feeds the next choice."""
+    from specpair.vllm.v1 import propose_remote
+
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "schedule:3,0,1")
+    proposer = _v1()
+    proposer.source = FakeSource(["ok", "ok"])
+    sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=5)
+    table = np.arange(32, dtype=np.int32).reshape(1, 32) % V
+    runner = SimpleNamespace(
+        drafter=proposer, device=torch.device("cpu"),
+        requests={"a": SimpleNamespace(sampling_params=sp)},
+        input_batch=SimpleNamespace(req_ids=["a"], token_ids_cpu=table,
+                                    num_tokens_no_spec=np.array([3])))
+    got = []
+    for n, sampled in ((3, [2]), (5, [3, 4]), (6, [5])):
+        runner.input_batch.num_tokens_no_spec = np.array([n])
+        got.append(propose_remote(runner, [sampled]))
+        if got[-1][0]:
+            assert (runner._draft_probs[0, len(got[-1][0]):] == 0).all()
+    assert got == [[[0, 1, 2]], [[]], [[0]]]
+    assert [[it.depth for it in b] for b in proposer.source.batches] == [[3], [1]]
+    assert proposer.policy.chosen == [1, 1, 0, 1]
+
+
+def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
+    """k cycling 2, 0 by round: num_valid says how many leading drafts carry q (the rest are
+    invalid drafts: the target samples there), and a k = 0 round sends nothing."""
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "schedule:2,0")
+    spec, states = _v2()
+    spec.source = FakeSource(["ok"])
+    temp = torch.ones(4)
+    batch = _batch(["x"], [1], [0, 1])
+    for n, sampled, rejected, valid in ((3, 1, 0, 2), (5, 2, 1, 0)):
+        states.total_len.gpu[1] = n
+        drafts = spec.propose(batch, None, None, torch.zeros(6, 8), None,
+                              torch.tensor([sampled]), torch.tensor([rejected]), None, None,
+                              temp, torch.arange(4))
+        assert spec.num_valid[1] == valid
+        assert drafts[0, valid:].eq(0).all() and torch.isneginf(spec.draft_logits[1, valid:]).all()
+    assert [[it.depth for it in b] for b in spec.source.batches] == [[2]]
+    assert spec.policy.chosen == [1, 0, 1, 0]

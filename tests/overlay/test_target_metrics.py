@@ -74,6 +74,8 @@ def test_every_series_is_exported_at_zero_from_start():
         for mode in ("greedy", "sampled"):
             assert _v(reg, "specpair_draft_tokens_total", position=str(k), mode=mode) == 0
             assert _v(reg, "specpair_accepted_drafts_total", position=str(k), mode=mode) == 0
+    for k in range(K + 1):
+        assert _v(reg, "specpair_chosen_depth_total", depth=str(k)) == 0
     text = generate_latest(reg).decode()
     assert "# TYPE specpair_round_seconds histogram" in text
     assert "# TYPE specpair_drafter_connected gauge" in text

@@ -79,6 +79,9 @@ class TargetMetrics:
         self.accepted = Counter(
             "specpair_accepted_drafts", "Draft tokens the verifier accepted",
             ["position", "mode"], registry=registry)
+        self.chosen_depth = Counter(
+            "specpair_chosen_depth", "Depths the depth policy chose, per request and round "
+            "(0: no drafts, target-only)", ["depth"], registry=registry)
         for outcome, reason in ITEM_LABELS:
             self.items.labels(outcome, reason)
         self.connected.set(0)
@@ -87,17 +90,20 @@ class TargetMetrics:
         self._lock = threading.Lock()
 
     def init_depth(self, depth: int) -> None:
-        """Export positions 1..``depth`` of both modes at 0 (the configured K)."""
+        """Export positions 1..``depth`` of both modes, and chosen depths 0..``depth``, at 0
+        (the configured K)."""
         with self._lock:
+            self.chosen_depth.labels("0")
             for k in range(self._depth + 1, depth + 1):
+                self.chosen_depth.labels(str(k))
                 for mode in MODES:
                     self.draft_tokens.labels(str(k), mode)
                     self.accepted.labels(str(k), mode)
             self._depth = max(self._depth, depth)
 
-    def publish(self, session: Any) -> None:
-        """Export what ``session`` (a DraftSession) counted since the last call (after
-        every step)."""
+    def publish(self, session: Any, policy: Any = None) -> None:
+        """Export what ``session`` (a DraftSession) and ``policy`` (its DepthPolicy)
+        counted since the last call (after every step)."""
         c = session.counters
         sid = id(session)
         with self._lock:
@@ -115,6 +121,9 @@ class TargetMetrics:
                 for mode, counts in by.items():
                     for k, n in enumerate(counts, 1):
                         self._add(counter.labels(str(k), mode), (sid, what, mode, k), n)
+            if policy is not None:
+                for k, n in enumerate(policy.chosen):
+                    self._add(self.chosen_depth.labels(str(k)), (id(policy), "chosen", k), n)
 
     def dropped_at_verify(self) -> None:
         self.dropped.inc()

@@ -15,7 +15,9 @@ reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``) into one
 buffer reused every step (``QRows``): kept 0 off the supports, so a SPARSE q is
 scattered at its support (``specpair.qlaw.sparse_probs``) and last step's support
 is cleared the same way; no [B, K, V] pass or tensor per step (bench/target_round.py).
-A request whose q is MISSING gets no drafts: its next step is target-only.
+A request whose q is MISSING gets no drafts: its next step is target-only. How many
+drafts each request asks for (0..K) is the depth policy's choice
+(``specpair.vllm.depth_policy``, ``SPECPAIR_DEPTH_POLICY``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 from specpair import qlaw
 from specpair.proposal import QKind
 from specpair.vllm.client import LazyRemote, drafter_seed
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
@@ -67,6 +70,7 @@ class RemoteProposer(LazyRemote):
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
         self.q = QRows(self.depth, self.vocab_size, self.max_num_reqs)  # V1's q, reused
+        self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
         self.connect_early()
 
@@ -157,19 +161,24 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     req_ids = list(batch.req_ids)
     live = set(runner.requests)
     session.begin(live)
+    proposer.policy.begin(live)
     proposer.forget_seeds(live)
     steps = []
     for i, req_id in enumerate(req_ids):
         n = int(batch.num_tokens_no_spec[i])
         sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
-        depth = min(proposer.depth, max(0, proposer.max_model_len - n - 1)) if sampled else 0
+        depth = (min(proposer.policy.choose(req_id, len(sampled)),
+                     max(0, proposer.max_model_len - n - 1)) if sampled else 0)
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
         sp = runner.requests[req_id].sampling_params
         steps.append(StepRequest(req_id, n, tokens, len(sampled), depth,
                                  _params(proposer, req_id, sp, proposer.vocab_size)))
     drafts = session.step(steps)
-    proposer.metrics.publish(session)
+    for s, d in zip(steps, drafts, strict=True):
+        proposer.policy.handed(s.req_id, 0 if d is None else d.depth)
+    proposer.policy.round_time(session.last_round_s)
+    proposer.metrics.publish(session, proposer.policy)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
     runner._draft_probs = proposer.q.write(drafts).to(runner.device)
     runner._draft_prob_req_ids = req_ids

@@ -40,6 +40,7 @@ import torch
 from specpair import qlaw
 from specpair.qlaw import Drafts
 from specpair.vllm.client import LazyRemote, drafter_seed
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.errors import RemoteVerificationRefused
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
@@ -140,6 +141,7 @@ class RemoteSpeculator(LazyRemote):
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
         self.connect_early()
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
@@ -175,10 +177,12 @@ class RemoteSpeculator(LazyRemote):
         qs = input_batch.query_start_loc_np.tolist()
         spec = session.features  # what the source declared
         session.begin(set(input_batch.req_ids))
+        self.policy.begin(set(input_batch.req_ids))
         steps = []
         for i, req_id in enumerate(input_batch.req_ids[:num_reqs]):
             n = int(total[i])
-            k = min(depth, max(0, self.max_model_len - n - 1)) if sampled[i] else 0
+            k = (min(depth, self.policy.choose(req_id, int(sampled[i])),
+                     max(0, self.max_model_len - n - 1)) if sampled[i] else 0)
             start = session.needed_from(req_id, n) if k else n
             # only the tokens the drafter lacks cross from the device
             tokens = (rs.all_token_ids.gpu[idx[i], start:n].to("cpu", torch.int64) if start < n
@@ -193,7 +197,10 @@ class RemoteSpeculator(LazyRemote):
                 feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
             steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats))
         drafts = session.step(steps)
-        self.metrics.publish(session)
+        for s, d in zip(steps, drafts, strict=True):
+            self.policy.handed(s.req_id, 0 if d is None else d.depth)
+        self.policy.round_time(session.last_round_s)
+        self.metrics.publish(session, self.policy)
         tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
         # requests still in prefill (nothing sampled) are handled by vLLM itself
         valid = [(0 if d is None else d.depth) if s.num_sampled else self.depth

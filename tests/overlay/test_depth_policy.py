@@ -1,0 +1,199 @@
+"""The depth policy (specpair.vllm.depth_policy): what k it picks from running estimates of
+acceptance and step cost, its fallback to target-only and its way back, the pinned modes,
+and that its choices depend on earlier rounds only."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from specpair.vllm.depth_policy import (
+    DepthPolicy,
+    PolicySetting,
+    expected_tokens,
+    parse_setting,
+)
+from specpair.vllm.metrics import TargetMetrics
+
+K = 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _drive(policy, clock, rounds, accepted_of, cost, req="r", round_of=None):
+    """``rounds`` decode steps of one request: the verifier accepts ``accepted_of(k)`` of the
+    k drafts handed, and a step that asked for k drafts takes ``cost(k)`` seconds, of which
+    its PROPOSE round took ``round_of(k)`` (when given; no round at k = 0). Returns the k
+    chosen at each step."""
+    chosen, sampled, handed = [], 1, 0
+    for _ in range(rounds):
+        clock.now += cost(handed)
+        policy.begin({req})
+        k = policy.choose(req, sampled)
+        policy.handed(req, k)
+        policy.round_time(round_of(k) if round_of and k else None)
+        chosen.append(k)
+        sampled, handed = 1 + accepted_of(k), k
+    return chosen
+
+
+def test_expected_tokens_is_one_plus_the_sum_of_prefix_products():
+    assert expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
+    assert expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens([1.0, 0.0, 1.0], 3) == 2.0
+
+
+def test_it_picks_the_k_maximizing_expected_tokens_per_second():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    # step cost 1 + 0.2 k, acceptance 0.9 at every position, fed in as observations
+    for k in itertools.islice(itertools.cycle(range(K + 1)), 300):
+        p.fit.add(k, 1.0 + 0.2 * k)
+    p.begin({"r"})
+    p.choose("r", 1)
+    r = p._reqs["r"]
+    r.counts.tested[:] = [1000.0] * K
+    r.counts.accepted[:] = [900.0] * K
+    accept = p.acceptance("r")
+    assert accept == pytest.approx([0.9] * K, abs=0.01)
+    rates = [expected_tokens(accept, k) / (1.0 + 0.2 * k) for k in range(K + 1)]
+    assert p.best("r") == max(range(K + 1), key=rates.__getitem__)
+    assert p.fit.coef == pytest.approx((1.0, 0.2), rel=0.02)  # the prior slope fades
+    # the same acceptance with a costly draft step: fewer drafts pay
+    q = DepthPolicy(K, clock=clock)
+    for k in itertools.islice(itertools.cycle(range(K + 1)), 300):
+        q.fit.add(k, 1.0 + 1.5 * k)
+    q.begin({"r"})
+    q.choose("r", 1)
+    q._reqs["r"].counts = r.counts
+    assert q.best("r") < p.best("r")
+
+
+def test_it_stops_drafting_when_drafts_are_never_accepted_and_probes_cheaply():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    chosen = _drive(p, clock, 200, lambda k: 0, lambda k: 0.01 + 0.003 * k)
+    assert chosen[0] > 0  # it starts by drafting (optimistic prior)
+    tail = chosen[100:]
+    assert tail.count(0) >= len(tail) * 14 // 16  # target-only but for the probes
+    assert set(tail) <= {0, 1}  # the probe is one draft
+    assert 1 in tail
+
+
+def test_a_round_overhead_that_drafts_cannot_pay_for_means_target_only():
+    """The overhead-dominated regime (issue 15's tiny pair): a target step of 3.5 ms, a
+    drafter round of 4.5 ms + 0.3 ms per draft, acceptance 3/4, 2/3, 1/2 by position.
+    Drafting K = 3 makes E = 2.5 tokens in 9.4 ms, target-only 1 token in 3.5 ms: the policy
+    must see that the round is absent at k = 0, and its probes (k = 1, and the odd round at
+    3 after an accepted probe) must cost under 2 % against target-only."""
+    clock = Clock()
+    p = DepthPolicy(3, clock=clock)
+    rnd = lambda k: 0.0045 + 0.0003 * k  # noqa: E731
+    cost = lambda k: 0.0035 + 0.0001 * k + (rnd(k) if k else 0.0)  # noqa: E731
+    half = itertools.cycle([0, 1, 2, 3])
+    chosen = _drive(p, clock, 300, lambda k: min(k, next(half)), cost, round_of=rnd)
+    assert chosen[0] == 3
+    tail = chosen[100:]
+    assert tail.count(0) >= len(tail) * 14 // 16, tail
+    real = [0.75, 2 / 3, 0.5]
+    rate = sum(expected_tokens(real, k) for k in tail) / sum(cost(k) for k in tail)
+    assert rate >= 0.98 / cost(0), (rate, 1 / cost(0))  # measured 0.994
+    assert p.time(0) == pytest.approx(0.0035, rel=0.1)
+    assert p.time(3) == pytest.approx(cost(3), rel=0.1)
+
+
+def test_it_comes_back_once_probes_show_acceptance():
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    cost = lambda k: 0.01 + 0.002 * k  # noqa: E731
+    off = _drive(p, clock, 150, lambda k: 0, cost)
+    assert off[-20:].count(0) >= 18
+    # the law changes: every draft is accepted now; only probes can show it
+    chosen = _drive(p, clock, 400, lambda k: k, cost)
+    assert chosen[-50:].count(K) >= 45
+
+
+def test_pinned_modes_are_obeyed():
+    clock = Clock()
+    for setting, want in ((PolicySetting("fixed", 2), [2] * 12),
+                          (PolicySetting("fixed"), [K] * 12),
+                          (PolicySetting("off"), [0] * 12),
+                          (PolicySetting("schedule", schedule=(3, 0, 1, 2)), [3, 0, 1, 2] * 3)):
+        p = DepthPolicy(K, setting, clock=clock)
+        assert _drive(p, clock, 12, lambda k: 0, lambda k: 0.01) == want
+
+
+def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():
+    assert parse_setting("adaptive", K) == PolicySetting("adaptive")
+    assert parse_setting("", K) == PolicySetting("adaptive")
+    assert parse_setting("off", K) == PolicySetting("off")
+    assert parse_setting("fixed", K) == PolicySetting("fixed", None)
+    assert parse_setting("fixed:0", K) == PolicySetting("fixed", 0)
+    assert parse_setting("schedule:3,0,1,2", K).schedule == (3, 0, 1, 2)
+    for bad in ("fixed:5", "fixed:-1", "fixed:x", "schedule:", "schedule:1,,2", "sometimes",
+                "off:2"):
+        with pytest.raises(ValueError, match="SPECPAIR_DEPTH_POLICY"):
+            parse_setting(bad, K)
+
+
+def test_from_env_reads_the_variable(monkeypatch):
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "fixed:1")
+    assert DepthPolicy.from_env(K).setting == PolicySetting("fixed", 1)
+    monkeypatch.delenv("SPECPAIR_DEPTH_POLICY")
+    assert DepthPolicy.from_env(K).setting == PolicySetting("adaptive")
+
+
+def test_choices_use_only_earlier_rounds():
+    """Two runs whose verifier outcomes agree before round n and differ from round n on
+    (all drafts accepted in one, none in the other) choose alike up to round n included:
+    round n's choice is made before its outcome; the runs part later, so the outcomes do
+    steer the choices."""
+    cost = lambda k: 0.01 + 0.002 * k  # noqa: E731
+    n, rounds = 40, 120
+    runs = []
+    for later in (lambda k: k, lambda k: 0):
+        clock, seen = Clock(), itertools.count()
+        early = itertools.cycle([0, 1, 2, 0, 3])
+        p = DepthPolicy(K, clock=clock)
+        runs.append(_drive(p, clock, rounds,
+                           lambda k, e=early, i=seen, f=later: (min(k, next(e)) if next(i) < n
+                                                                else f(k)), cost))
+    a, b = runs
+    assert a[: n + 1] == b[: n + 1]
+    assert a[n + 1 :] != b[n + 1 :]
+
+
+def test_finished_requests_are_forgotten_and_the_chosen_depths_are_exported():
+    clock = Clock()
+    p = DepthPolicy(K, PolicySetting("schedule", schedule=(2, 0)), clock=clock)
+    _drive(p, clock, 4, lambda k: k, lambda k: 0.01, req="a")
+    p.begin({"b"})
+    assert "a" not in p._reqs
+    p.handed("a", 3)  # a request the policy was not asked about this step: ignored
+    reg = CollectorRegistry()
+    m = TargetMetrics(reg)
+    m.init_depth(K)
+    assert [reg.get_sample_value("specpair_chosen_depth_total", {"depth": str(k)})
+            for k in range(K + 1)] == [0.0] * (K + 1)
+
+    class NoSession:
+        connected, last_round_s = True, None
+
+        class counters:  # noqa: N801
+            rounds = drafted = resync = refused = 0
+            missing_by_reason: dict = {}
+            draft_tokens_by: dict = {}
+            accepted_by: dict = {}
+
+    m.publish(NoSession(), p)
+    m.publish(NoSession(), p)  # exported once, not twice
+    assert [reg.get_sample_value("specpair_chosen_depth_total", {"depth": str(k)})
+            for k in range(K + 1)] == [2.0, 0.0, 2.0, 0.0, 0.0]
