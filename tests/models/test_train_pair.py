@@ -2,11 +2,12 @@
 
 The smoke preset runs in seconds; the committed pair (models/trained) is checked against its
 own pins here, and reproduced bit for bit only by `specpair models train-pair --check`
-(about 40 minutes, docs/models.md).
+(docs/models.md: about 5 minutes on a quiet 2-core box).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,12 +15,21 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from specpair.cli import main
 from specpair.models import corpus
 from specpair.models.tokenizer import fingerprint
-from specpair.models.train import PINNED_DIR, check_pinned, file_hashes, train_pair
+from specpair.models.train import (
+    PINNED_DIR,
+    PRESETS,
+    check_pinned,
+    evaluate,
+    file_hashes,
+    token_stream,
+    train_pair,
+)
 
 QUIET = lambda msg: None  # noqa: E731
 
@@ -118,3 +128,25 @@ def test_committed_pair_matches_its_pins_and_its_corpus() -> None:
     assert sum(t.numel() for t in target.values()) == m["target_params"]
     assert sum(t.numel() for t in draft.values()) == m["draft_params"]
     assert m["draft_params"] * 4 < m["target_params"]
+
+
+@pytest.mark.skipif(not PINNED_PAIR.is_file(), reason="no committed pair in this tree")
+def test_committed_target_is_better_than_its_draft_on_heldout_text() -> None:
+    """pair.json's held-out metrics are what the committed weights give (recomputed here over
+    a quarter of pair.json's eval_tokens, seconds), and the target beats its draft."""
+    pair = json.loads(PINNED_PAIR.read_text())
+    pinned_corpus = json.loads((PINNED_DIR / "corpus.json").read_text())
+    if pinned_corpus["python"] != sys.version.split()[0]:
+        pytest.skip(f"the held-out text is Python {pinned_corpus['python']}'s stdlib, this is "
+                    f"{sys.version.split()[0]}")
+    cfg = dataclasses.replace(PRESETS["full"], eval_tokens=pair["config"]["eval_tokens"] // 4)
+    tok = Tokenizer.from_file(str(PINNED_DIR / "target" / "tokenizer.json"))
+    held = token_stream(tok, corpus.texts(corpus.check(pinned_corpus), "heldout"))
+    models = [LlamaForCausalLM.from_pretrained(PINNED_DIR / sub).eval()
+              for sub in ("target", "draft")]
+    m = evaluate(cfg, *models, held)
+    full = pair["metrics"]
+    assert m["target_loss"] < m["draft_loss"] - 0.1, m  # clearly better (perplexity -10 %)
+    assert full["target_loss"] < full["draft_loss"] - 0.1, full
+    for key in ("target_loss", "draft_loss", "accept_t1_sum_min_pq"):  # a quarter of the text
+        assert abs(m[key] - full[key]) < 0.1 * abs(full[key]), (key, m[key], full[key])

@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stdlib is not the pinned corpus or PINNED lacks its files; 4 on bad input.")
     train.add_argument("--out", type=Path, required=True, help="output directory")
     train.add_argument("--preset", choices=sorted(PRESETS), default="full",
-                       help="full: the committed pair (about 2.5 minutes on a quiet 2-core box, "
-                       "25 on a loaded one); smoke: a seconds-long run on a few files, for "
+                       help="full: the committed pair (about 5 minutes on a quiet 2-core box, "
+                       "30 or more on a loaded one); smoke: a seconds-long run on a few files, for "
                        "tests (no pins, --check refused)")
     train.add_argument("--pinned", type=Path, default=PINNED_DIR,
                        help="directory of the pinned pair (default: the repository's "

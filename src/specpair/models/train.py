@@ -46,7 +46,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specpair.models import bpe, corpus
 
 __all__ = ["ModelShape", "TrainConfig", "PRESETS", "PINNED_DIR", "train_pair", "check_pinned",
-           "file_hashes"]
+           "file_hashes", "token_stream", "evaluate"]
 
 PINNED_DIR = Path(__file__).resolve().parents[3] / "models" / "trained"  # the committed pair
 
@@ -78,7 +78,7 @@ class TrainConfig:
 
 
 PRESETS = {
-    "full": TrainConfig(target=ModelShape(128, 14, 4, 384, steps=30, lr=1e-3),
+    "full": TrainConfig(target=ModelShape(128, 20, 4, 384, steps=140, lr=3e-3),
                         draft=ModelShape(128, 1, 4, 384, steps=400, lr=5e-3)),
     # Seconds, for the determinism test: not a useful model.
     "smoke": TrainConfig(target=ModelShape(64, 3, 2, 128, steps=4, lr=3e-3),
@@ -98,8 +98,8 @@ def llama_config(cfg: TrainConfig, shape: ModelShape) -> LlamaConfig:
         architectures=["LlamaForCausalLM"])
 
 
-def _stream(tok, texts: list[str]) -> torch.Tensor:
-    """Each text as <s> ... </s>, concatenated in order."""
+def token_stream(tok, texts: list[str]) -> torch.Tensor:
+    """Each text as <s> ... </s>, concatenated in order (the train and the held-out stream)."""
     eos = tok.token_to_id("</s>")
     ids: list[int] = []
     for enc in tok.encode_batch(texts):
@@ -174,7 +174,7 @@ def _train_model(cfg: TrainConfig, model: LlamaForCausalLM, shape: ModelShape,
 
 
 @torch.no_grad()
-def _evaluate(cfg: TrainConfig, target, draft, stream: torch.Tensor) -> dict:
+def evaluate(cfg: TrainConfig, target, draft, stream: torch.Tensor) -> dict:
     n = min((stream.numel() - 1) // cfg.seq_len, max(1, cfg.eval_tokens // cfg.seq_len))
     ce_t = ce_d = overlap = agree = 0.0
     count = 0
@@ -250,8 +250,8 @@ def train_pair(out: Path, preset: str = "full", *, force: bool = False,
     t0 = time.monotonic()
     with _pinned_torch(cfg.threads):
         tok = bpe.train(corpus.texts(files, "train"), cfg.vocab_size)
-        train_stream = _stream(tok, corpus.texts(files, "train"))
-        held_stream = _stream(tok, corpus.texts(files, "heldout"))
+        train_stream = token_stream(tok, corpus.texts(files, "train"))
+        held_stream = token_stream(tok, corpus.texts(files, "heldout"))
         log(f"corpus: {len(files)} files, {train_stream.numel()} train tokens, "
             f"{held_stream.numel()} held-out tokens")
         torch.manual_seed(cfg.seed + 1)
@@ -261,7 +261,7 @@ def train_pair(out: Path, preset: str = "full", *, force: bool = False,
         target, target_train = _train_model(
             cfg, _grown(cfg, cfg.target, draft, cfg.seed), cfg.target, train_stream, "target",
             log)
-        metrics = _evaluate(cfg, target, draft, held_stream)
+        metrics = evaluate(cfg, target, draft, held_stream)
         metrics |= {"target_train_loss": round(target_train, 4),
                     "draft_train_loss": round(draft_train, 4),
                     "target_params": sum(p.numel() for p in target.parameters()),
