@@ -23,7 +23,7 @@ import torch
 
 from specpair.errors import CannotRun
 from specpair.models import corpus
-from specpair.models.train import PINNED_DIR, _stream
+from specpair.models.train import PINNED_DIR, token_stream
 from specpair.replay.compute import replay
 from specpair.replay.format import save_recording
 from specpair.replay.record import record_from_models
@@ -76,7 +76,7 @@ def heldout_prompts(tokenizer_json: Path, texts: list[str], n: int, seed: int,
     """
     from tokenizers import Tokenizer
 
-    stream = _stream(Tokenizer.from_file(str(tokenizer_json)), texts)
+    stream = token_stream(Tokenizer.from_file(str(tokenizer_json)), texts)
     windows = stream.numel() // length
     if n > windows:
         raise ValueError(f"{n} prompts asked, the held-out stream has {windows} windows of "

@@ -49,11 +49,11 @@ def test_heldout_prompts_are_seeded_distinct_windows_of_the_stream(tiny):
     from bench.replay import heldout_prompts
     from tokenizers import Tokenizer
 
-    from specpair.models.train import _stream
+    from specpair.models.train import token_stream
 
     tok = tiny.target / "tokenizer.json"
     texts = ["ba be bi bo bu . " * 40, "da de di , do du ! " * 30]
-    stream = _stream(Tokenizer.from_file(str(tok)), texts)
+    stream = token_stream(Tokenizer.from_file(str(tok)), texts)
     ids, offsets = heldout_prompts(tok, texts, 5, seed=7, length=16)
     assert tuple(ids.shape) == (5, 16) and len(set(offsets.tolist())) == 5
     for row, off in zip(ids, offsets.tolist(), strict=True):
