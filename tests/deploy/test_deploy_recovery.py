@@ -9,11 +9,11 @@ deploy must converge: exit 0, every host records one release and runs it, the in
 `recovery:` line saying forward or back and why. A rollback (after the commit-phase kill) and
 a restore (after a kill inside the half-pair window) are the one run at one point each.
 
-Each point costs a killed deploy and a whole one (3-4 minutes each on the loaded 2-core box),
-so this sweep runs only with SPECPAIR_DEPLOY_KILL_SWEEP=1 (`make deploy-sweep`, not part of
-`make test`: it would take CI past its hour); the default run takes one point (the first
-record write: records that disagree) at the end of test_deploy_standin.py, on the pair that
-module already deployed.
+Each point costs a killed deploy and a whole one (2-5 minutes each on the loaded 2-core box;
+the whole sweep about an hour), so this sweep runs only with SPECPAIR_DEPLOY_KILL_SWEEP=1
+(`make deploy-sweep`, not part of `make test`: it would take CI past its hour); the default
+run takes one point (the first record write: records that disagree) at the end of
+test_deploy_standin.py, on the pair that module already deployed.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from standin import POINTS, kill_then, make_standin, window
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("SPECPAIR_DEPLOY_KILL_SWEEP") != "1",
-    reason="the kill sweep takes two deploys per point (about 45 minutes on a loaded 2-core "
-    "box): SPECPAIR_DEPLOY_KILL_SWEEP=1 (make deploy-sweep) runs it; the default run takes one "
-    "point in test_deploy_standin.py",
+    reason="the kill sweep takes two deploys per point (about an hour on the loaded 2-core "
+    "box, measured in parts): SPECPAIR_DEPLOY_KILL_SWEEP=1 (make deploy-sweep) runs it; the "
+    "default run takes one point in test_deploy_standin.py",
 )
 
 
