@@ -175,7 +175,7 @@ deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker e
 	SPECPAIR_DEPLOY_TESTS=1 SPECPAIR_DEPLOY_REQUIRE_IMAGES=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
 
 .PHONY: deploy-sweep
-deploy-sweep: venv ## Kill the whole deploy at every kill point of the stand-in pair, one converging deploy after each (long; not in make test).
+deploy-sweep: venv ## Stand-in pair: the half-pair window measured, the whole deploy killed at every kill point, one converging deploy (or rollback, restore) after each (long; not in make test).
 	SPECPAIR_DEPLOY_KILL_SWEEP=1 $(PY) -m pytest tests/deploy/test_deploy_recovery.py -v
 
 .PHONY: deploy-lint

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +26,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = "specpair-standin:test"
-NAMES = {"sparkhead": "specpair-standin-target", "x86host": "specpair-standin-drafter"}
-PORTS = {"sparkhead": 28400, "x86host": 28401}
+# SPECPAIR_TEST_STANDIN_ID (a short name) and SPECPAIR_TEST_STANDIN_PORT (the first of two ports)
+# let two runs on one Docker engine (two checkouts) use their own image, containers and ports.
+_ID = os.environ.get("SPECPAIR_TEST_STANDIN_ID", "")
+_PORT = int(os.environ.get("SPECPAIR_TEST_STANDIN_PORT", "28400"))
+_SUFFIX = f"-{_ID}" if _ID else ""
+IMAGE = f"specpair-standin{_SUFFIX}:test"
+NAMES = {"sparkhead": f"specpair-standin{_SUFFIX}-target",
+         "x86host": f"specpair-standin{_SUFFIX}-drafter"}
+PORTS = {"sparkhead": _PORT, "x86host": _PORT + 1}
 HOSTS = ("local-sparkhead", "local-sparkworker", "local-x86host")
 START = b"""#!/bin/sh
 mkdir -p /tmp/www && echo ok > /tmp/www/health
@@ -187,22 +194,36 @@ def kill_tree(pid: int) -> None:
         time.sleep(0.05)
 
 
-def deploy(env: dict, release: str) -> tuple[int, str]:
-    p = cli(env, "deploy", "-r", str(env["releases"][release]))
+def run(env: dict, *argv: str) -> tuple[int, str]:
+    p = cli(env, *argv)
     out, err = p.communicate(timeout=900)
     return p.returncode, out + err
 
 
-def kill_then_deploy(env: dict, point: str) -> str:
+def deploy(env: dict, release: str) -> tuple[int, str]:
+    return run(env, "deploy", "-r", str(env["releases"][release]))
+
+
+def previous(env: dict, host: str) -> str | None:
+    data = json.loads((env["state"] / host / "release.json").read_text())
+    return (data.get("previous") or {}).get("name")
+
+
+def kill_then(env: dict, point: str, then: str = "deploy") -> str:
     """From a whole pair, start a deploy of the other release, SIGKILL its whole process tree
-    at `point`, then run ONE deploy of that release and check it converged: exit 0, one
-    release recorded and running on every host, the intent done, rolled forward exactly when
-    the kill came while committing. Returns a line saying what happened."""
-    now = current(env, HOSTS[0])
-    if now is None:  # no pair yet: a whole one to move from
+    at `point`, then run ONE `then` (deploy of that release, rollback or restore) and check it
+    converged: one release recorded and running on every host, the intent done, the recovery
+    rolled forward exactly when the kill came while committing, and the release `then` moves
+    to from the recovered record: deploy the new one, restore the record's current, rollback
+    its previous. Exit 0 (restore: 1, only for the completion the stand-in cannot serve).
+    Returns a line saying what happened and how long `then` took."""
+    if current(env, HOSTS[0]) is None:  # no pair yet: a whole one to move from
         rc, out = deploy(env, "sa")
         assert rc == 0, out
-        now = "sa"
+    if then == "rollback" and previous(env, HOSTS[0]) is None:  # something to roll back to
+        rc, out = deploy(env, "sb")
+        assert rc == 0, out
+    now, before = current(env, HOSTS[0]), previous(env, HOSTS[0])
     to = "sb" if now == "sa" else "sa"
     p = cli(env, "deploy", "-r", str(env["releases"][to]))
     t0 = time.monotonic()
@@ -212,18 +233,78 @@ def kill_then_deploy(env: dict, point: str) -> str:
             assert time.monotonic() - t0 < 600, f"{point} not reached in 600 s"
             time.sleep(0.02)
     finally:
+        killed_at = time.monotonic() - t0
         kill_tree(p.pid)
         p.communicate(timeout=60)
     state = {h: current(env, h) for h in HOSTS}
     phase = intent(env).get("phase")
     assert phase != "done", (point, state)  # the kill left an unfinished intent
-    rc, out = deploy(env, to)
-    assert rc == 0, (point, state, out)
-    assert "recovery: found an unfinished deploy" in out, out
     # Committing means every host had passed; the kill leaves the containers running.
-    assert ("rolled FORWARD" if phase == "commit" else "rolled BACK") in out, out
-    assert [current(env, h) for h in HOSTS] == [to] * 3
-    assert label(NAMES["sparkhead"]) == to and label(NAMES["x86host"]) == to
+    forward = phase == "commit"
+    expect = {"deploy": to, "restore": to if forward else now,
+              "rollback": now if forward else before}[then]
+    t1 = time.monotonic()
+    rc, out = (deploy(env, to) if then == "deploy" else
+               run(env, "rollback" if then == "rollback" else "restore"))
+    took = time.monotonic() - t1
+    if then == "restore":  # pair_restored needs a real completion: the stand-in serves none
+        assert rc == 1 and "pair consistent: yes" in out, (point, state, out)
+        assert "failure: pair_restored is false: no real completion was served" in out, out
+    else:
+        assert rc == 0, (point, state, out)
+    assert "recovery: found an unfinished deploy" in out, out
+    assert ("rolled FORWARD" if forward else "rolled BACK") in out, out
+    assert [current(env, h) for h in HOSTS] == [expect] * 3, (then, out)
+    assert label(NAMES["sparkhead"]) == expect and label(NAMES["x86host"]) == expect
     assert intent(env).get("phase") == "done"
     said = next(line for line in out.splitlines() if "recovery:" in line).strip()
-    return f"{point}: killed with records {state}, phase {phase}; then {said}"
+    return (f"{point} -> {then}: killed {killed_at:.0f} s into the deploy {now} -> {to} with "
+            f"records {state}, phase {phase}; then {said}; {then} converged on {expect} in "
+            f"{took:.0f} s")
+
+
+def window(env: dict) -> str:
+    """Deploy the other release and measure, from Docker's events, the half-pair window: from
+    the first stop signal to the old pair to the new target's health. Checks the order
+    playbooks/tasks/apply-pair.yml keeps (both old containers gone before the new drafter is
+    created; the new drafter healthy before the new target is created) and returns a line
+    with the window and its parts."""
+    if current(env, HOSTS[0]) is None:
+        rc, out = deploy(env, "sa")
+        assert rc == 0, out
+    to = "sb" if current(env, HOSTS[0]) == "sa" else "sa"
+    # Streamed while the deploy runs: `docker events --since` replays only the engine's last
+    # few hundred events, which the health checks' exec events (every 2 s) soon push out.
+    with tempfile.TemporaryFile("w+") as log:
+        watch = subprocess.Popen(["docker", "events", "--format", "{{json .}}",
+                                  *(f"--filter=container={n}" for n in NAMES.values())],
+                                 stdout=log, text=True)
+        try:
+            time.sleep(1)  # subscribed before the deploy starts
+            rc, out = deploy(env, to)
+            time.sleep(1)
+        finally:
+            watch.terminate()
+            watch.wait(timeout=30)
+        assert rc == 0, out
+        log.seek(0)
+        events = log.read()
+    at: dict[tuple[str, str], float] = {}
+    for line in events.splitlines():
+        e = json.loads(line)
+        role = "target" if e["Actor"]["Attributes"]["name"] == NAMES["sparkhead"] else "drafter"
+        at.setdefault((role, e.get("status") or e["Action"]), e["timeNano"] / 1e9)  # the first
+    steps = [(r, s) for r in ("target", "drafter") for s in ("kill", "destroy")] + [
+        ("drafter", "create"), ("drafter", "health_status: healthy"), ("target", "create"),
+        ("target", "health_status: healthy")]
+    missing = [s for s in steps if s not in at]
+    assert not missing, (missing, events)
+    stop = min(at["target", "kill"], at["drafter", "kill"])
+    gone = max(at["target", "destroy"], at["drafter", "destroy"])
+    t = [gone, *(at[s] for s in steps[4:])]
+    assert t == sorted(t), at  # old pair gone < drafter created < healthy < target created < ...
+    return (f"half-pair window of the deploy to {to}: {t[4] - stop:.1f} s (first stop signal "
+            f"to the old pair -> new target healthy): removals {t[0] - stop:.1f} s, then "
+            f"{t[1] - t[0]:.1f} s to the drafter's create, drafter create -> healthy "
+            f"{t[2] - t[1]:.1f} s, {t[3] - t[2]:.1f} s of Ansible steps to the target's "
+            f"create, target create -> healthy {t[4] - t[3]:.1f} s")

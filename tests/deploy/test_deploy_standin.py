@@ -22,7 +22,7 @@ import socket
 import time
 
 import pytest
-from standin import NAMES, PORTS, cli, kill_then_deploy, label, make_standin, records
+from standin import NAMES, PORTS, cli, kill_then, label, make_standin, records
 
 
 @pytest.fixture(scope="module")
@@ -81,4 +81,4 @@ def test_a_failed_rollback_is_a_failure_listed_with_the_next_step(standin):
 
 
 def test_a_kill_at_a_record_write_is_finished_by_the_next_deploy(standin):
-    print(kill_then_deploy(standin, "first record written"))
+    print(kill_then(standin, "first record written"))
