@@ -90,6 +90,11 @@ ROLES_rtx3090 := drafter
 ROLES_gb10 := target
 ROLES := $(ROLES_$(PROFILE))
 IMAGE_ENV := CA_BUNDLE=$(CA_BUNDLE) WHEELHOUSE=$(WHEELHOUSE)
+# Free disk `make image` needs per profile, from the measured peaks (images/README.md "Disk"):
+# the vfs store, the commit's copies in /var/tmp and the image Docker loads.
+IMAGE_GB_cpu := 12
+IMAGE_GB_rtx3090 := 32
+IMAGE_GB_gb10 := 42
 # The one tag scheme (scripts/image-tag.sh): $(call TAG,ROLE,PROFILE[,VARIANT]) gives
 # specpair-ROLE:PROFILE[-VARIANT]-VERSION, VERSION being pyproject.toml's; compose names the same.
 TAG = $(shell scripts/image-tag.sh $(1) $(2) $(3))
@@ -101,6 +106,8 @@ image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and
 .PHONY: image
 image: venv image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
 	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
+	scripts/disk-check.sh $(IMAGE_GB_$(PROFILE)) "make image PROFILE=$(PROFILE)" \
+	  $${BUILDAH_ROOT:-/var/lib/specpair/buildah} $${TMPDIR:-/var/tmp} /var/lib/docker
 	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
 
 .PHONY: image-emulation
