@@ -109,6 +109,9 @@ def pair(tmp_path_factory):
         SPECPAIR_DRAFTER_PORT=str(_free_port()),
         SPECPAIR_METRICS_PORT=str(_free_port()),
         UP_TIMEOUT_S=str(UP_TIMEOUT_S),
+        # drafts every round: the subject is the drafter's kill and return; the adaptive
+        # policy may rightly stop drafting when it does not pay, and then nothing is asked
+        SPECPAIR_DEPTH_POLICY="fixed",
     )
     script = str(ROOT / "scripts" / "local-pair.sh")
     try:
