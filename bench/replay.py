@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from specpair.cli import Parser
 from specpair.errors import CannotRun
 from specpair.models import corpus
 from specpair.models.train import PINNED_DIR, token_stream
@@ -36,14 +37,8 @@ _RANGES = {"prompts": (1, 4096), "tokens": (DEPTH + 1, 128 - PROMPT_LEN),
            "bootstrap": (100, 100_000)}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 4 (docs/cli.md)
-        print(f"bench-replay: {message}", file=sys.stderr)
-        sys.exit(4)
-
-
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m bench.replay", description=__doc__.split("\n\n")[1])
+    p = Parser(prog="python -m bench.replay", description=__doc__.split("\n\n")[1])
     p.add_argument("--pair", type=Path, default=PINNED_DIR,
                    help="model pair directory with target/ and draft/ (default: the trained "
                         "pair); its corpus.json, else the trained pair's, names the held-out "

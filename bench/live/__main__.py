@@ -19,19 +19,14 @@ from pathlib import Path
 
 from bench.live.plan import K, Plan, full_plan, quick_plan
 from bench.live.workloads import WORKLOADS
+from specpair.cli import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINED = "models/trained"  # issue 15 item 1's committed pair (target/, draft/)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 4 (docs/cli.md)
-        print(f"bench-live: {message}", file=sys.stderr)
-        sys.exit(4)
-
-
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m bench.live", description=__doc__.split("\n\n")[1])
+    p = Parser(prog="python -m bench.live", description=__doc__.split("\n\n")[1])
     p.add_argument("--quick", action="store_true",
                    help="2 repetitions, 32 tokens, T in {0, 1}, no draft-alone calibration")
     p.add_argument("--pair", type=Path, default=None,
