@@ -12,6 +12,9 @@ for the whole module, in this order (the tests share the state and run in file o
 3. the drafter restarts on the same port: without any command to the target, the gauge reads
    1 again and specpair's and vLLM's acceptance counters rise.
 
+The deploy's smoke check (the service role's ``smoke`` tasks, run by ansible-playbook) passes
+on the pair and fails while the drafter is dead, naming the connection gauge.
+
 The metrics cross from vLLM's engine-core process to the API server through
 prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR, an empty directory per
 start, as docs/operations.md asks of the target's environment).
@@ -24,6 +27,7 @@ import os
 import time
 
 import pytest
+from deploy_smoke import run_smoke
 from vllm_e2e_support import ApiServer, Drafter, free_port, overlaid_vllm
 
 from specpair.models.tiny import make_tiny
@@ -163,6 +167,14 @@ def test_metrics_carry_the_specpair_series(pair):
     pair["before_kill"] = m
 
 
+def test_deploy_smoke_check_passes_on_the_pair(pair, tmp_path):
+    rc, out, fact = run_smoke(tmp_path, pair["server"].url, MODEL, require_drafts=True)
+    assert rc == 0, out[-3000:]
+    print(f"smoke: {fact}")
+    assert fact["completion_tokens"] > 0
+    assert fact["speculator_decisions"] > 0 and fact["drafts_verified"] > 0
+
+
 def test_drafter_killed_target_only_then_back_by_itself(pair, client):
     server, drafter = pair["server"], pair["drafter"]
     before = pair.get("before_kill") or _samples(server.metrics())
@@ -180,6 +192,11 @@ def test_drafter_killed_target_only_then_back_by_itself(pair, client):
                            for o, r in ITEM_LABELS if o == "missing"}))
     assert _get(down, "specpair_drafter_connected") == 0
     assert missing > 0
+    # the deploy's smoke check refuses a pair without its drafter, and says why
+    rc, out, fact = run_smoke(pair["root"] / "smoke-down", server.url, MODEL,
+                              require_drafts=False)
+    assert rc != 0 and fact is None, out[-3000:]
+    assert "specpair_drafter_connected reads 0.0: the target holds no drafter connection" in out
 
     pair["drafter"] = Drafter(pair["tiny"].draft, pair["key"], pair["root"] / "drafter.log",
                               port=drafter.port)  # same port; nothing is said to the target
