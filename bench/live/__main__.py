@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.live.plan import K, Plan, full_plan, quick_plan
-from bench.live.workloads import WORKLOADS
+from bench.live.workloads import WORKLOADS, prompts
 from specpair.cli import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
-    plan = (quick_plan if a.quick else full_plan)(tuple(WORKLOADS))
+    plan = (quick_plan if a.quick else full_plan)(WORKLOADS)
     if a.report_only:
         return _report(a.out, plan)
     est = plan.estimate_s()
@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
             "engine_env": base_env | extra_env,
             "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),
-            "workloads": "fixed prompts (bench/live/workloads.py)"}
+            "workloads": {"source": "held-out files of this interpreter's stdlib, the trained "
+                          "pair's corpus (bench/live/workloads.py)",
+                          **{w: list(prompts(w)) for w in plan.workloads}}}
     work.mkdir(parents=True, exist_ok=True)
     (work / "run.json").write_text(json.dumps(meta) + "\n")
     try:

@@ -1,0 +1,51 @@
+"""The live benchmark's prompts come from the trained pair's held-out corpus."""
+
+from __future__ import annotations
+
+import pytest
+from bench.live.workloads import PER_WORKLOAD, WORKLOADS, _candidates, draw, prompts, prompts_for
+
+from specpair.models import corpus
+
+FILE = '''import os
+
+
+def walk(root):
+    for dirpath, names, files in os.walk(root):
+        yield dirpath
+
+
+def documented(x):
+    """Return the thing that this function computes from its argument x.
+
+    More words.
+    """
+    # a comment that is long enough to count as the opening of some prose here
+    return x
+'''
+
+
+def test_candidates_are_function_openings_and_prose_openings():
+    code, prose = _candidates(FILE)
+    assert code == ["def walk(root):\n    for dirpath, names, files in os.walk(root):\n"
+                    "        yield dirpath\n"]
+    # a def line followed by a docstring is not code to continue; the docstring is prose
+    assert prose == ['"""Return the thing that this function computes from its argument x.\n',
+                     "# a comment that is long enough to count as the opening of some prose "
+                     "here\n"]
+    assert draw([FILE + FILE], per_workload=2)["prose"] == (prose[1], prose[1])  # evenly spaced
+
+
+def test_draw_refuses_a_corpus_without_enough_prompts():
+    with pytest.raises(ValueError, match="held-out corpus has 1 code prompts, 2 wanted"):
+        draw([FILE], per_workload=2)
+
+
+def test_the_prompts_are_four_distinct_openings_from_held_out_files():
+    held_out = corpus.texts(corpus.scan(), "heldout")
+    for w in WORKLOADS:
+        got = prompts(w)
+        assert len(set(got)) == PER_WORKLOAD, got
+        assert all(any(p.strip() in t for t in held_out) for p in got)
+    assert len(set(prompts_for("code", 0, 4))) == 4  # concurrency 4: four different prompts
+    assert prompts_for("code", 1, 1) != prompts_for("code", 0, 1)
