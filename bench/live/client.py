@@ -9,7 +9,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["SPEC_COUNTERS", "Stream", "spec_counters", "stream", "streams"]
+from specpair.vllm.metrics import ROUND_BUCKETS
+
+__all__ = ["ROUND_BUCKET", "SPEC_COUNTERS", "Stream", "round_quantile", "spec_counters", "stream",
+           "streams"]
+
+ROUND_BUCKET = "specpair_round_seconds_bucket"  # the target's round time histogram
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
     names = {v: k for k, v in SPEC_COUNTERS.items()}
     out: dict[str, float | list[float]] = {}
     per_pos: dict[int, float] = {}
+    le_counts: dict[float, float] = {}
     for text in metrics_texts:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
@@ -112,6 +118,22 @@ def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
                     per_pos[pos] = per_pos.get(pos, 0.0) + s.value
                 elif key is not None:
                     out[key] = out.get(key, 0.0) + s.value
+                elif s.name == ROUND_BUCKET:
+                    le = float(s.labels["le"])
+                    le_counts[le] = le_counts.get(le, 0.0) + s.value
     if per_pos:
         out["per_pos"] = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)]
+    if le_counts:  # cumulative counts of rounds at or under each bound of ROUND_BUCKETS
+        out["round_le"] = [le_counts.get(b, 0.0) for b in (*ROUND_BUCKETS, float("inf"))]
     return out
+
+
+def round_quantile(round_le: list[float], q: float) -> float | None:
+    """The smallest bucket bound (seconds) at or under which ``q`` of the rounds took: an
+    upper bound of the q-quantile of the round time; inf past the last bound, None without
+    rounds."""
+    total = round_le[-1] if round_le else 0.0
+    if total <= 0:
+        return None
+    bounds = (*ROUND_BUCKETS, float("inf"))
+    return next(b for b, n in zip(bounds, round_le, strict=True) if n >= q * total)

@@ -63,20 +63,24 @@ def _rng(s: dict | None, fmt: str) -> str:
 
 
 def table(doc: dict) -> str:
-    """The rows as a fixed-width table; '!' marks a prediction more than FLAG off."""
+    """The rows as a fixed-width table; '!' marks a prediction more than FLAG off; rnd p99:
+    specpair's round time (PROPOSE to PROPOSAL), the histogram bound at or under which 99 % of
+    the rounds took, ms."""
     head = (f"{'config':<17} {'workload':<8} {'sampling':<10} {'c':>2} "
             f"{'tok/s median [min-max]':<24} {'x target-only':<19} {'acc/rnd':>7} "
-            f"{'model tok/s':>11} {'gap':>6}")
+            f"{'model tok/s':>11} {'gap':>6} {'rnd p99':>7}")
     lines = [head, "-" * len(head)]
     for r in doc["rows"] + doc["calibration"]:
         m = r["model"]
         acc = "-" if r["accepted_per_round"] is None else f"{r['accepted_per_round']:.2f}"
         pred = "-" if m is None else f"{m['predicted_tokens_per_s']:.0f}"
         gap = "-" if m is None else f"{m['gap']:+.0%}" + ("!" if m["flagged"] else "")
+        p99 = r.get("round_p99_s")  # an upper bucket bound, ms; specpair rows only
+        p99 = "-" if p99 is None else f"{p99 * 1e3:.3g}"
         lines.append(f"{r['config']:<17} {r['workload']:<8} {_sampling(r):<10} "
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
-                     f"{gap:>6}")
+                     f"{gap:>6} {p99:>7}")
     return "\n".join(lines)
 
 

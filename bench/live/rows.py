@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from bench.live.client import round_quantile
+
 __all__ = ["ROW_FIELDS", "assemble", "check_rows", "counter_delta", "summary"]
 
 TARGET = "target_only"
@@ -104,6 +106,7 @@ def assemble(measurements: list[dict]) -> list[dict]:
             if drafts and c.get("per_pos") else None,
             "draft_tokens_per_round": c["draft_tokens"] / drafts if drafts else None,
             "steps": decoded - accepted,
+            "round_p99_s": round_quantile(c["round_le"], 0.99) if c.get("round_le") else None,
             "counters": c, "reps": len(ms),
         })
     return rows

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from bench.live.__main__ import main as live_main
-from bench.live.client import spec_counters
+from bench.live.client import round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
 from bench.live.plan import K, full_plan, quick_plan
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
+
+from specpair.vllm.metrics import ROUND_BUCKETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,7 +139,8 @@ def test_document_and_table_flag_a_prediction_far_off():
     assert doc["meta"]["target_only_drift"] == {"median": 0.0, "min": 0.0, "max": 0.0}
     text = table(doc)
     line = next(x for x in text.splitlines() if x.startswith("vllm_draft_model"))
-    assert line.rstrip().endswith("!") and "0.10 [0.10-0.10]" in line
+    gap, p99 = line.split()[-2:]
+    assert gap.endswith("!") and p99 == "-" and "0.10 [0.10-0.10]" in line
 
 
 def test_spec_counters_read_vllm_and_drafter_texts():
@@ -153,6 +156,22 @@ def test_spec_counters_read_vllm_and_drafter_texts():
                     "specpair_drafter_round_seconds_count 3\n")
     assert spec_counters(vllm_text, drafter_text) == {
         "drafts": 7.0, "per_pos": [5.0, 2.0], "drafter_s_sum": 0.25, "drafter_s_count": 3.0}
+
+
+def test_round_histogram_gives_an_upper_bound_of_the_p99():
+    # 100 rounds: 90 within 5 ms, 9 more within 10 ms, the last within 25 ms
+    def cumulative(bound):
+        return 0 if bound < 0.005 else 90 if bound < 0.01 else 99 if bound < 0.025 else 100
+
+    text = "# TYPE specpair_round_seconds histogram\n" + "".join(
+        f'specpair_round_seconds_bucket{{le="{b}"}} {cumulative(b)}\n' for b in ROUND_BUCKETS
+    ) + 'specpair_round_seconds_bucket{le="+Inf"} 100\n'
+    le = spec_counters(text)["round_le"]
+    assert le[-1] == 100 and le[ROUND_BUCKETS.index(0.005)] == 90
+    assert round_quantile(le, 0.99) == 0.01
+    assert round_quantile(le, 0.5) == 0.005
+    assert round_quantile(le, 1.0) == 0.025
+    assert round_quantile([0.0] * len(le), 0.99) is None
 
 
 def test_plans_interleave_every_cell_once_per_repetition_and_bracket_target_only():
