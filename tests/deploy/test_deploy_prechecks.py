@@ -197,3 +197,22 @@ def test_the_playbook_itself_names_a_damaged_record(tmp_path, monkeypatch, capsy
         "local-sparkhead/release.json on local-sparkhead is damaged: not JSON; restore it from "
         "a backup, or remove it to start with no recorded release"], out["failures"]
     assert out["stats"]["local-sparkworker"]["failures"] == 0
+
+
+@pytest.mark.parametrize(("key", "value", "what"), [
+    ("SPECPAIR_DEPTH_POLICY", "fastest",
+     "SPECPAIR_DEPTH_POLICY='fastest': expected adaptive, off, fixed"),
+    ("SPECPAIR_DEPTH_POLICY", "fixed:9", "depths must be integers in 0..4"),  # release depth 4
+    ("SPECPAIR_DRAFT_DEADLINE_MS", "soon", "SPECPAIR_DRAFT_DEADLINE_MS='soon': expected ms"),
+])
+def test_a_bad_target_setting_in_the_inventory_is_refused(repo, no_ansible, capsys, key, value,
+                                                          what):
+    path = repo / "inventories" / "local" / "group_vars" / "sparkhead.yml"
+    data = yaml.safe_load(path.read_text())
+    data["specpair_service_env"][key] = value
+    path.write_text(yaml.safe_dump(data))
+    assert main(["deploy", "-i", "local", "--release", "a"]) == EXIT_BAD_INPUT
+    err = _one_line(capsys)
+    assert f"inventory file {path}: specpair_service_env: " in err
+    assert what.replace("expected ms", "expected milliseconds") in err
+    assert no_ansible == []

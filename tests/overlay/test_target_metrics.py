@@ -199,6 +199,7 @@ def test_the_proposer_connects_at_engine_start_so_the_gauge_reads_the_truth(monk
     import specpair.vllm.client as vclient
 
     monkeypatch.setenv("SPECPAIR_DRAFTER", "127.0.0.1:9")
+    monkeypatch.setenv("SPECPAIR_DRAFTER_KEY_FILE", "/nonexistent")  # settings checked first
     monkeypatch.setattr(vclient, "make_source", lambda *a: Flaky([]))
     proposer = _proposer()
     assert proposer.remote is not None and proposer.remote.connected
@@ -211,8 +212,8 @@ def test_the_proposer_connects_at_engine_start_so_the_gauge_reads_the_truth(monk
     assert REGISTRY.get_sample_value("specpair_drafter_connected") == 0
 
     def broken(*a):
-        raise ValueError("SPECPAIR_DRAFTER_KEY_FILE is not set")
+        raise OSError("cannot read the key file")  # sound settings, a source that fails
 
     monkeypatch.setattr(vclient, "make_source", broken)
-    proposer = _proposer()  # never raises at construction: the first step raises again
+    proposer = _proposer()  # never raises at construction: the first step tries again
     assert proposer.source is None and proposer.remote is None

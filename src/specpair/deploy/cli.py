@@ -158,6 +158,30 @@ def _inventory_files(inventory: Path) -> dict[Path, Any]:
     return out
 
 
+def _release_of(extravars: dict[str, Any], root: Path) -> Release:
+    if "release_file" in extravars:
+        return load_release(extravars["release_file"])
+    return load_release(root / "releases" / f"{extravars['release']}.yml")
+
+
+def _check_target_settings(files: dict[Path, Any], depth: int) -> None:
+    """The specpair settings in the targets' ``specpair_service_env`` of the inventory's
+    files (values Ansible templates, with ``{{``, are its to render), checked for a target
+    that drafts up to ``depth`` tokens: the one-line refusal an engine start would end in."""
+    from specpair.vllm.settings import BadTargetSetting, check
+
+    for path, data in files.items():
+        env = data.get("specpair_service_env")
+        if not str(data.get("specpair_role", "")).startswith("target") or not isinstance(env,
+                                                                                         dict):
+            continue
+        plain = {str(k): str(v) for k, v in env.items() if "{{" not in str(v)}
+        try:
+            check(plain, depth)
+        except BadTargetSetting as e:
+            raise InventoryError(f"inventory file {path}: specpair_service_env: {e}") from None
+
+
 def _confirm(inventory: Path, given: str | None) -> str | None:
     """The confirmation to pass: --confirm, or typed at a prompt for a production inventory."""
     if given is not None:
@@ -180,7 +204,9 @@ def _run_playbook(args: argparse.Namespace, playbook: str, action: str,
         root = repo_root()
         inventory = resolve_inventory(args.inventory, root)
         extravars = {**extravars, **_key_values(getattr(args, "extra_var", []), "--extra-var")}
-        _inventory_files(inventory)  # garbage, bombs and wrong types refused before Ansible
+        files = _inventory_files(inventory)  # garbage, bombs, wrong types: before Ansible
+        if action == "deploy":
+            _check_target_settings(files, _release_of(extravars, root).config["depth"])
         confirm = _confirm(inventory if inventory.is_dir() else inventory.parent, args.confirm)
         if confirm is not None:
             extravars["confirm"] = confirm

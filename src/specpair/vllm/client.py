@@ -15,6 +15,8 @@ overlays/vllm/0.32.0/README.md):
 - ``SPECPAIR_DRAFT_FEATURES``: ``KIND:DTYPE:WIDTH`` of the target hidden states
   the drafter's HELLO asks for (e.g. ``LAST_HIDDEN:bfloat16:7168``; V2 only).
 
+``specpair.vllm.settings`` parses and checks them (one line naming a bad value).
+
 vLLM's own ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory per start) carries the
 specpair metrics from the engine process to the API server's ``/metrics``
 (``specpair.vllm.metrics``, docs/operations.md).
@@ -31,12 +33,13 @@ from pathlib import Path
 
 import torch
 
+from specpair.vllm import settings
 from specpair.vllm.metrics import TargetMetrics
 from specpair.wire.frames import FeatureKind, FeatureSpec
 from specpair.wire.session import DraftSession
 from specpair.wire.source import DraftSource
 
-__all__ = ["LazyRemote", "deadline_s", "drafter_seed", "make_source"]
+__all__ = ["LazyRemote", "drafter_seed", "make_source"]
 
 log = logging.getLogger(__name__)
 
@@ -54,46 +57,34 @@ def drafter_seed(seed: int | None) -> int:
     return ((seed * _SEED_MIX) & (2**64 - 1)) >> 1
 
 
-def deadline_s() -> float:
-    return float(os.environ.get("SPECPAIR_DRAFT_DEADLINE_MS", "200")) / 1000.0
-
-
-def _features() -> FeatureSpec | None:
-    """SPECPAIR_DRAFT_FEATURES=KIND:DTYPE:WIDTH (e.g. LAST_HIDDEN:bfloat16:7168), or None."""
-    text = os.environ.get("SPECPAIR_DRAFT_FEATURES", "")
-    if not text:
-        return None
-    kind, dtype, width = text.split(":")
-    return FeatureSpec(FeatureKind[kind.upper()], getattr(torch, dtype), int(width))
-
-
 def make_source(vocab_size: int, tokenizer_dir: str | Path) -> DraftSource:
     """The draft source named by SPECPAIR_DRAFTER (see the module docstring)."""
     from specpair.models.tokenizer import fingerprint
 
-    where = os.environ.get("SPECPAIR_DRAFTER", "")
-    if not where:
-        raise ValueError("SPECPAIR_DRAFTER is not set (HOST:PORT of the drafter, or inproc:DIR)")
-    if where.startswith("inproc:"):
+    where = settings.drafter(os.environ)
+    if where is None:
+        raise settings.BadTargetSetting(f"{settings.DRAFTER} is not set (HOST:PORT of the "
+                                        "drafter, or inproc:DIR)")
+    if where[0] == "inproc":
         from specpair.drafter.engine import DrafterEngine
         from specpair.drafter.inprocess import InProcessSource
         from specpair.drafter.model import HFDraftModel
         from specpair.wire.codec.header import VERSION
 
-        model_dir = Path(where.removeprefix("inproc:"))
+        model_dir = Path(where[1])
         engine = DrafterEngine(HFDraftModel(model_dir),
                                tokenizer_fingerprint=fingerprint(model_dir), wire_version=VERSION)
         return InProcessSource(engine)
     from specpair.wire.auth import load_key
     from specpair.wire.client import DraftClient
 
-    host, _, port = where.rpartition(":")
-    key_file = os.environ.get("SPECPAIR_DRAFTER_KEY_FILE")
-    if not key_file:
-        raise ValueError("SPECPAIR_DRAFTER_KEY_FILE is not set (the wire's shared key)")
-    return DraftClient(host, int(port), load_key(key_file), vocab_size=vocab_size,
+    host, port, key_file = where[1]
+    spec = settings.features(os.environ)
+    features = (None if spec is None else
+                FeatureSpec(FeatureKind[spec[0]], getattr(torch, spec[1]), spec[2]))
+    return DraftClient(host, port, load_key(key_file), vocab_size=vocab_size,
                        tokenizer_fingerprint=fingerprint(Path(tokenizer_dir)),
-                       features=_features())
+                       features=features)
 
 
 class LazyRemote:
@@ -109,7 +100,8 @@ class LazyRemote:
         if self.remote is None:
             if self.source is None:
                 self.source = make_source(self.vocab_size, self.tokenizer_dir)
-            self.remote = DraftSession(self.source, self.vocab_size, deadline_s())
+            self.remote = DraftSession(self.source, self.vocab_size,
+                                       settings.deadline_s(os.environ))
         return self.remote
 
     def connect_early(self) -> None:

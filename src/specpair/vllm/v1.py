@@ -23,6 +23,7 @@ drafts each request asks for (0..K) is the depth policy's choice
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 
 from specpair import qlaw
 from specpair.proposal import QKind
+from specpair.vllm import settings
 from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.errors import OverlayNotApplied
@@ -70,6 +72,7 @@ class RemoteProposer(LazyRemote):
         self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
         self.q = QRows(self.depth, self.vocab_size, self.max_num_reqs)  # V1's q, reused
+        settings.check(os.environ, self.depth)  # a bad value stops the engine at start
         self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
         self.connect_early()

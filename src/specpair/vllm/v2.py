@@ -33,12 +33,14 @@ rejected, so acceptance may be lower. Passing the real values would need patch
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
 from specpair import qlaw
 from specpair.qlaw import Drafts
+from specpair.vllm import settings
 from specpair.vllm.client import LazyRemote, drafter_seed
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.errors import RemoteVerificationRefused
@@ -141,6 +143,7 @@ class RemoteSpeculator(LazyRemote):
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
         self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
+        settings.check(os.environ, self.depth)  # a bad value stops the engine at start
         self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
         self.connect_early()
 
