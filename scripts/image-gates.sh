@@ -17,8 +17,13 @@
 # arm64 images on another architecture run under qemu (scripts/arm64-emulation.sh first).
 # Environment: GATES_OUT (default build/gates), SPECPAIR_GATE_SIZE (default full),
 #              GATES_NETWORK (none | host; default none), GATES_SELECT (a pytest -k expression
-#              narrowing the suite; default: every gate), GATES_DEVICE_ROOT (a stand-in root the
-#              GPU detection looks under, for tests; default /).
+#              narrowing the suite; default: every gate), GATES_TESTS (the test files or
+#              directories inside the image, space-separated, each under tests/gates; default
+#              tests/gates), GATES_DEVICE_ROOT (a stand-in root the GPU detection looks under,
+#              for tests; default /).
+#   Under qemu (gb10 on x86_64) nothing may import torch: oneDNN cannot read MIDR_EL1 and the
+#   process dies. pytest imports every module it collects, before -k deselects, so there
+#   GATES_TESTS must name only torch-free gate files (tests/gates/test_attestation_gate.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +53,13 @@ out=${GATES_OUT:-build/gates}
 size=${SPECPAIR_GATE_SIZE:-full}
 network=${GATES_NETWORK:-none}
 case "$network" in none|host) ;; *) echo "error: GATES_NETWORK must be none or host" >&2; exit 2;; esac
+read -r -a tests <<< "${GATES_TESTS:-tests/gates}"
+for t in "${tests[@]}"; do
+  case "$t" in
+    tests/gates|tests/gates/*) [[ "$t" =~ ^[A-Za-z0-9_./-]+$ && "$t" != *..* ]] && continue ;;
+  esac
+  echo "error: GATES_TESTS: '$t' is not a path under tests/gates" >&2; exit 2
+done
 mkdir -p "$out"
 scripts/docker-up.sh >/dev/null
 
@@ -70,7 +82,7 @@ for image in "$@"; do
   docker run --rm --network "$network" --user 0 "${gpu_args[@]}" \
     -e SPECPAIR_GATE_SIZE="$size" -e SPECPAIR_HOST_GPUS="$gpus" \
     -v "$(realpath "$out"):/gates-out" "$image" \
-    pytest -m gate tests/gates -p no:cacheprovider -q -rs --junitxml="/gates-out/$name.xml" \
+    pytest -m gate "${tests[@]}" -p no:cacheprovider -q -rs --junitxml="/gates-out/$name.xml" \
     ${GATES_SELECT:+-k "$GATES_SELECT"} || rc=$?
   echo ">> $image: pytest exit $rc in $(( $(date +%s) - start ))s"
   if [ ! -s "$xml" ]; then

@@ -1,10 +1,14 @@
-"""Fixtures shared across test folders."""
+"""Fixtures shared across test folders.
+
+Nothing here imports torch at module level: the in-image gates load this file too, and in the
+gb10 image under qemu importing torch kills the process (images/README.md, "Hardware
+profiles"), which took the attestation gate down with it.
+"""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +24,8 @@ def one_torch_thread() -> Iterator[None]:
     """Run a test's tiny models on one torch thread (restored after each test): a
     128-wide model gains nothing from more, and on a busy 2-core machine extra OpenMP
     threads spin (measured: the acceptance test took 66 s with 2 threads, 5 s with 1)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

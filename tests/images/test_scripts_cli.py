@@ -37,6 +37,14 @@ def test_image_gates_refuses_a_bad_network(monkeypatch):
     assert "GATES_NETWORK must be none or host" in proc.stderr
 
 
+@pytest.mark.parametrize("tests", ["../etc", "tests/gates/../../etc", "tests/unit", "tests/gates;id"])
+def test_image_gates_refuses_test_paths_outside_the_gates(monkeypatch, tests):
+    monkeypatch.setenv("GATES_TESTS", f"tests/gates/test_attestation_gate.py {tests}")
+    proc = _run("image-gates.sh", "specpair-target:cpu")
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: GATES_TESTS: '{tests}' is not a path under tests/gates\n"
+
+
 def test_local_pair_refuses_an_unknown_command():
     proc = _run("local-pair.sh", "sideways")
     assert proc.returncode == 2
