@@ -1,9 +1,10 @@
 """Inside the gb10 target image (linux/arm64; elsewhere under qemu: scripts/arm64-emulation.sh):
 vLLM imports (on an arm64 host only: under qemu the import of torch dies), `specpair overlay
-verify` passes against the CUDA variant's pinned hashes, the
-attestation gate passes through scripts/image-gates.sh (its file alone: pytest imports what it
-collects), and the compiled wire module loads (by its file) and encodes. The gates that compute with torch (rng, vLLM sampling) are for the real Spark: under qemu
-torch's oneDNN cannot read MIDR_EL1 and the process dies (images/README.md "Hardware profiles").
+verify` passes against the CUDA variant's pinned hashes, the attestation gate passes through
+scripts/image-gates.sh (its file alone: pytest imports what it collects), and the compiled wire
+module loads (by its file) and encodes. The gates that compute with torch (rng, vLLM sampling)
+are for the real Spark: under qemu torch's oneDNN cannot read MIDR_EL1 and the process dies
+(images/README.md "Hardware profiles").
 Runs when the image is loaded in Docker (`make image PROFILE=gb10`) and arm64 binaries can run
 here; skips, saying which is missing, otherwise (CI does not build the hardware images).
 """

@@ -37,7 +37,8 @@ def test_image_gates_refuses_a_bad_network(monkeypatch):
     assert "GATES_NETWORK must be none or host" in proc.stderr
 
 
-@pytest.mark.parametrize("tests", ["../etc", "tests/gates/../../etc", "tests/unit", "tests/gates;id"])
+@pytest.mark.parametrize("tests",
+                         ["../etc", "tests/gates/../../etc", "tests/unit", "tests/gates;id"])
 def test_image_gates_refuses_test_paths_outside_the_gates(monkeypatch, tests):
     monkeypatch.setenv("GATES_TESTS", f"tests/gates/test_attestation_gate.py {tests}")
     proc = _run("image-gates.sh", "specpair-target:cpu")
