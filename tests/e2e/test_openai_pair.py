@@ -175,6 +175,31 @@ def test_deploy_smoke_check_passes_on_the_pair(pair, tmp_path):
     assert fact["speculator_decisions"] > 0 and fact["drafts_verified"] > 0
 
 
+def test_a_request_carries_its_own_depth_policy(pair, client):
+    """vllm_xargs={"specpair_depth_policy": "fixed:1"} on an engine pinned to K: that
+    request's rounds draft 1 (chosen depth 1 grows, K does not); a value that does not parse
+    still completes, at the engine's K."""
+    def depths():
+        m = _samples(pair["server"].metrics())
+        return [_get(m, "specpair_chosen_depth_total", depth=str(k)) or 0.0
+                for k in range(K + 1)]
+
+    def complete(policy):
+        r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12,
+                                      temperature=1.0, seed=11, extra_body={
+                                          "ignore_eos": True,
+                                          "vllm_xargs": {"specpair_depth_policy": policy}})
+        return r.choices[0].text
+
+    before = depths()
+    assert complete("fixed:1").strip()
+    pinned = depths()
+    assert pinned[1] > before[1] and pinned[K] == before[K], (before, pinned)
+    assert complete("fixed:99").strip()  # logged, ignored: the engine's setting
+    bad = depths()
+    assert bad[K] > pinned[K] and bad[1] == pinned[1], (pinned, bad)
+
+
 def test_drafter_killed_target_only_then_back_by_itself(pair, client):
     server, drafter = pair["server"], pair["drafter"]
     before = pair.get("before_kill") or _samples(server.metrics())

@@ -288,6 +288,35 @@ def test_v1_asks_for_the_depth_the_policy_chooses_each_round(monkeypatch):
     assert proposer.policy.chosen == [1, 1, 0, 1]
 
 
+def test_v1_a_request_carrying_its_own_policy_gets_its_depth(monkeypatch, caplog):
+    """vllm_xargs={"specpair_depth_policy": ...} reaches V1 as the sampling params'
+    extra_args: "a" pinned to 1 draft and "b" off beside an engine pinned to K; "c"'s value
+    does not parse: one warning, and the engine's K, without failing the step."""
+    from specpair.vllm.v1 import propose_remote
+
+    monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", f"fixed:{K}")
+    proposer = _v1()
+    proposer.source = FakeSource(["ok"])
+
+    def req(extra):
+        return SimpleNamespace(sampling_params=SimpleNamespace(
+            temperature=1.0, top_k=0, top_p=1.0, seed=5, extra_args=extra))
+
+    runner = SimpleNamespace(
+        drafter=proposer, device=torch.device("cpu"),
+        requests={"a": req({"specpair_depth_policy": "fixed:1"}),
+                  "b": req({"specpair_depth_policy": "off"}),
+                  "c": req({"specpair_depth_policy": "fixed:99"}), "d": req(None)},
+        input_batch=SimpleNamespace(req_ids=["a", "b", "c", "d"],
+                                    token_ids_cpu=np.zeros((4, 16), dtype=np.int32),
+                                    num_tokens_no_spec=np.array([3, 3, 3, 3])))
+    with caplog.at_level("WARNING", logger="specpair.vllm.depth_policy"):
+        got = propose_remote(runner, [[1], [1], [1], [1]])
+    assert [len(d) for d in got] == [1, 0, K, K]
+    assert [it.depth for it in proposer.source.batches[0]] == [1, K, K]  # b sent nothing
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["request c"]
+
+
 def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
     """k cycling 2, 0 by round: num_valid says how many leading drafts carry q (the rest are
     invalid drafts: the target samples there), and a k = 0 round sends nothing."""

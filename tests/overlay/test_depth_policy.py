@@ -131,6 +131,63 @@ def test_pinned_modes_are_obeyed():
         assert _drive(p, clock, 12, lambda k: 0, lambda k: 0.01) == want
 
 
+def _alternate(policy, clock, rounds, pinned):
+    """Requests "a" (adaptive, every draft accepted, step 10 ms + 2 ms per draft) and, when
+    ``pinned``, "p" (its own setting fixed:1, no draft accepted, step 50 ms) take turns,
+    one decode step each, as two streams one after the other would. Returns a's choices."""
+    chosen, state, last = [], {"a": (1, 0), "p": (1, 0)}, "a"
+    for _ in range(rounds):
+        for req in ("a", "p") if pinned else ("a",):
+            sampled, handed = state[req]
+            # the step that ends here verified the drafts of the request that chose last
+            clock.now += 0.01 + 0.002 * state["a"][1] if last == "a" else 0.05
+            last = req
+            policy.begin({"a", "p"} if pinned else {"a"})
+            k = policy.choose(req, sampled, "fixed:1" if req == "p" else None)
+            policy.handed(req, k)
+            policy.round_time(None)
+            if req == "a":
+                chosen.append(k)
+            state[req] = (1 + (k if req == "a" else 0), k)
+    clock.now += 0.01 + 0.002 * state["a"][1] if last == "a" else 0.05
+    policy.begin(set())  # the last step timed too (or not, when "p" took it)
+    return chosen
+
+
+def test_a_request_pinned_by_its_own_setting_is_obeyed_and_teaches_nothing():
+    """A pinned request drafts its own depth; the adaptive request beside it chooses exactly
+    as it does alone (the pinned request's rejected drafts and slow steps are not learned),
+    while the same slow steps taken by an adaptive request would have been."""
+    alone_clock, mixed_clock = Clock(), Clock()
+    alone = DepthPolicy(K, clock=alone_clock)
+    mixed = DepthPolicy(K, clock=mixed_clock)
+    a_alone = _alternate(alone, alone_clock, 60, pinned=False)
+    a_mixed = _alternate(mixed, mixed_clock, 60, pinned=True)
+    assert mixed.chosen[1] >= 60  # "p" drafted its pinned depth every round
+    assert a_mixed == a_alone
+    assert mixed.acceptance("a") == pytest.approx(alone.acceptance("a"))
+    assert mixed.fit.coef == pytest.approx(alone.fit.coef)
+    # the control: without the pin, "p"'s rejected drafts pull the pooled acceptance down
+    taught = DepthPolicy(K, clock=Clock())
+    for _ in range(30):
+        taught.begin({"p"})
+        taught.choose("p", 1)
+        taught.handed("p", K)
+    assert taught.acceptance("a")[0] < alone.acceptance("a")[0] - 0.2
+
+
+def test_a_pin_that_does_not_parse_is_logged_and_the_engine_setting_applies(caplog):
+    p = DepthPolicy(K, PolicySetting("fixed", 2), clock=Clock())
+    p.begin({"x", "y"})
+    with caplog.at_level("WARNING", logger="specpair.vllm.depth_policy"):
+        assert p.choose("x", 1, "fixed:9") == 2
+    assert p.choose("y", 1, "off") == 0  # the other request's own setting still holds
+    assert len(caplog.records) == 1
+    line = caplog.records[0].getMessage()
+    assert "request x" in line and "specpair_depth_policy='fixed:9'" in line
+    assert "\n" not in line
+
+
 def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():
     assert parse_setting("adaptive", K) == PolicySetting("adaptive")
     assert parse_setting("", K) == PolicySetting("adaptive")

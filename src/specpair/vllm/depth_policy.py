@@ -21,6 +21,13 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
   schedule for tests and diagnosis).
 
+One request may carry its own setting (V1: ``vllm_xargs={"specpair_depth_policy": ...}``,
+``PIN_ARG``), any of the values above. A request pinned that way, or run by a pinned engine
+setting, is outside the adaptive estimates: its rounds teach neither the acceptance counts
+nor the step-time fits (a step with any such request is not timed), so adaptive requests
+beside it choose as they would alone. A value that does not parse is logged once for the
+request and ignored (the engine's setting applies): one bad request never stops the others.
+
 Every choice is a function of earlier rounds only (accepted counts and step times already
 seen), never of the current round's draws: the verifier's test is exact for any proposal
 length chosen that way.
@@ -28,14 +35,18 @@ length chosen that way.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "ENV"]
+__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "ENV", "PIN_ARG"]
+
+log = logging.getLogger(__name__)
 
 ENV = "SPECPAIR_DEPTH_POLICY"
+PIN_ARG = "specpair_depth_policy"  # a request's own setting (its sampling params' extra_args)
 PROBE_EVERY = 16  # rounds of a request between probes (adaptive), while it drafts
 PROBE_MAX = 256  # ... doubling up to this while it stays at k = 0
 _DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
@@ -55,8 +66,8 @@ class PolicySetting:
     probe_every: int = PROBE_EVERY
 
 
-def parse_setting(text: str, k_max: int) -> PolicySetting:
-    """``SPECPAIR_DEPTH_POLICY``'s value; ValueError naming what is wrong."""
+def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
+    """``SPECPAIR_DEPTH_POLICY``'s value (or ``name``'s); ValueError naming what is wrong."""
     mode, _, arg = text.strip().partition(":")
     mode = mode.lower() or "adaptive"
 
@@ -66,7 +77,7 @@ def parse_setting(text: str, k_max: int) -> PolicySetting:
         except ValueError:
             ks = ()
         if not ks or any(not 0 <= k <= k_max for k in ks):
-            raise ValueError(f"{ENV}={text!r}: depths must be integers in 0..{k_max} "
+            raise ValueError(f"{name}={text!r}: depths must be integers in 0..{k_max} "
                              "(the speculative config's num_speculative_tokens)")
         return ks
 
@@ -76,7 +87,7 @@ def parse_setting(text: str, k_max: int) -> PolicySetting:
         return PolicySetting(mode, depths(arg)[0] if arg else None)
     if mode == "schedule" and arg:
         return PolicySetting(mode, schedule=depths(arg))
-    raise ValueError(f"{ENV}={text!r}: expected adaptive, off, fixed, fixed:K or "
+    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K or "
                      "schedule:K1,K2,...")
 
 
@@ -102,6 +113,7 @@ class _Req:
     probe_gap: int = PROBE_EVERY  # rounds from one probe to the next
     next_probe: int = PROBE_EVERY - 1  # the round of the next probe
     handed: int = 0  # drafts handed to the verifier at the last step
+    setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
 
 
 @dataclass
@@ -151,6 +163,7 @@ class DepthPolicy:
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
+        self._untimed = False  # the last step had a request outside the adaptive estimates
 
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
@@ -160,26 +173,32 @@ class DepthPolicy:
         """A step starts: time the last one (against the largest depth asked for) and forget
         finished requests."""
         now, k = self.clock(), self._last_depth
-        if self._last is not None and k is not None:
+        if self._last is not None and k is not None and not self._untimed:
             gap = now - self._last
             if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
                 self.fit.add(k, max(0.0, gap - (self._round or 0.0)))
                 if k and self._round is not None:
                     self.round_fit.add(k, self._round)
         self._last, self._last_depth, self._round = now, None, None
+        self._untimed = False
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
 
-    def choose(self, req_id: str, num_sampled: int) -> int:
+    def choose(self, req_id: str, num_sampled: int, pin: str | None = None) -> int:
         """This round's depth for ``req_id``; ``num_sampled`` is what the target committed
-        at this step (1 + the drafts it accepted of those handed at the last step)."""
+        at this step (1 + the drafts it accepted of those handed at the last step); ``pin``:
+        the request's own setting (PIN_ARG's value; read at its first round)."""
         r = self._reqs.get(req_id)
         if r is None:
-            r = self._reqs[req_id] = _Req(_Counts([0.0] * self.k_max, [0.0] * self.k_max))
-        if r.handed and num_sampled > 0:
+            r = self._reqs[req_id] = _Req(_Counts([0.0] * self.k_max, [0.0] * self.k_max),
+                                          setting=self._pin(req_id, pin))
+        s = r.setting or self.setting
+        adaptive = s.mode == "adaptive"
+        if r.handed and num_sampled > 0 and adaptive:
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
         r.handed = 0
-        k = self._pick(req_id, r)
+        self._untimed |= not adaptive
+        k = self._pick(req_id, r, s)
         r.rounds += 1
         self.chosen[k] += 1
         # the step is timed against what was asked: a round that came back late still cost it
@@ -219,8 +238,16 @@ class DepthPolicy:
         rates = [expected_tokens(accept, k) / self.time(k) for k in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
-    def _pick(self, req_id: str, r: _Req) -> int:
-        s = self.setting
+    def _pin(self, req_id: str, pin: str | None) -> PolicySetting | None:
+        if pin is None:
+            return None
+        try:
+            return parse_setting(str(pin), self.k_max, PIN_ARG)
+        except ValueError as exc:
+            log.warning("request %s: %s; ignored, the engine's %s applies", req_id, exc, ENV)
+            return None
+
+    def _pick(self, req_id: str, r: _Req, s: PolicySetting) -> int:
         if s.mode == "off":
             return 0
         if s.mode == "fixed":

@@ -17,7 +17,8 @@ scattered at its support (``specpair.qlaw.sparse_probs``) and last step's suppor
 is cleared the same way; no [B, K, V] pass or tensor per step (bench/target_round.py).
 A request whose q is MISSING gets no drafts: its next step is target-only. How many
 drafts each request asks for (0..K) is the depth policy's choice
-(``specpair.vllm.depth_policy``, ``SPECPAIR_DEPTH_POLICY``).
+(``specpair.vllm.depth_policy``, ``SPECPAIR_DEPTH_POLICY``, or the request's own
+``vllm_xargs={"specpair_depth_policy": ...}``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from specpair import qlaw
 from specpair.proposal import QKind
 from specpair.vllm import settings
 from specpair.vllm.client import LazyRemote, drafter_seed
-from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.depth_policy import PIN_ARG, DepthPolicy
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
@@ -170,11 +171,12 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     for i, req_id in enumerate(req_ids):
         n = int(batch.num_tokens_no_spec[i])
         sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
-        depth = (min(proposer.policy.choose(req_id, len(sampled)),
+        sp = runner.requests[req_id].sampling_params
+        pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # the request's own policy
+        depth = (min(proposer.policy.choose(req_id, len(sampled), pin),
                      max(0, proposer.max_model_len - n - 1)) if sampled else 0)
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
-        sp = runner.requests[req_id].sampling_params
         steps.append(StepRequest(req_id, n, tokens, len(sampled), depth,
                                  _params(proposer, req_id, sp, proposer.vocab_size)))
     drafts = session.step(steps)
