@@ -32,11 +32,15 @@ class Stream:
 
 
 def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: float,
-           top_p: float) -> Stream:
-    """One streamed /v1/completions request (EOS ignored: exactly ``max_tokens``)."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": temperature, "top_p": top_p, "ignore_eos": True,
-                       "stream": True, "stream_options": {"include_usage": True}})
+           top_p: float, xargs: dict | None = None) -> Stream:
+    """One streamed /v1/completions request (EOS ignored: exactly ``max_tokens``);
+    ``xargs``: vLLM's ``vllm_xargs`` (the request's sampling params' extra_args)."""
+    req = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+           "temperature": temperature, "top_p": top_p, "ignore_eos": True,
+           "stream": True, "stream_options": {"include_usage": True}}
+    if xargs:
+        req["vllm_xargs"] = xargs
+    body = json.dumps(req)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -63,13 +67,13 @@ def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: flo
 
 
 def streams(port: int, model: str, prompts: list[str], max_tokens: int, temperature: float,
-            top_p: float) -> list[Stream]:
+            top_p: float, xargs: dict | None = None) -> list[Stream]:
     """``len(prompts)`` streams sent at once, one thread each."""
     out: list[Stream | BaseException | None] = [None] * len(prompts)
 
     def one(i: int) -> None:
         try:
-            out[i] = stream(port, model, prompts[i], max_tokens, temperature, top_p)
+            out[i] = stream(port, model, prompts[i], max_tokens, temperature, top_p, xargs)
         except BaseException as exc:  # re-raised below, in the caller's thread
             out[i] = exc
 

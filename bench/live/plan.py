@@ -9,6 +9,14 @@ is run twice, first and last (``target_only`` phases A and B): a speculative row
 repetition r is its tokens/s over the mean of target-only's two phase-r values for the same
 cell, and the A/B difference is reported as the run's drift. ``draft_alone`` (the draft model
 served alone, target-only) is a calibration for the speed model, not a result row.
+
+Engine-to-engine drift (the A/B line: tens of per cent here) is far wider than the 3 % by
+which the adaptive policy must stay near its best fixed depth, so the adaptive engine also
+runs a TWIN of every cell: the same streams with the request's own depth policy pinned to
+fixed:K (``vllm_xargs``, specpair.vllm.depth_policy.PIN_ARG), interleaved with the adaptive
+ones (which goes first alternates by repetition). Pinned requests teach the adaptive
+estimates nothing, so the adaptive row stays the policy as shipped, and its ratio to the
+twin is paired within one engine and one repetition.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-__all__ = ["K", "Config", "Plan", "Sampling", "configs", "full_plan", "quick_plan"]
+__all__ = ["K", "TWIN", "Config", "Plan", "Sampling", "configs", "full_plan", "quick_plan"]
 
 K = 3  # draft depth of every speculative configuration
 
@@ -43,6 +51,7 @@ class Config:
     depth_policy: str | None = None  # SPECPAIR_DEPTH_POLICY of the engine (None: not set)
     model: str = "target"
     result: bool = True  # a row of the results (False: a calibration)
+    twin: tuple[str, str] | None = None  # (row name, the requests' own depth policy)
 
     @property
     def env(self) -> dict[str, str]:
@@ -55,6 +64,7 @@ class Config:
         return json.dumps(self.speculative).replace('"DRAFT"', json.dumps(draft_dir))
 
 
+TWIN = "specpair_fixed_twin"  # the adaptive engine's pinned requests (module docstring)
 REMOTE = {"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer",
           "num_speculative_tokens": K}
 
@@ -71,7 +81,8 @@ def configs(calibrate: bool) -> list[tuple[Config, str]]:
         # the fixed-K rows pin the depth policy to K; specpair_adaptive runs it as shipped
         (Config("specpair_greedy", REMOTE, ("--mode", "greedy"), f"fixed:{K}"), ""),
         (Config("specpair_sampled", REMOTE, ("--mode", "sampled"), f"fixed:{K}"), ""),
-        (Config("specpair_adaptive", REMOTE, ("--mode", "sampled"), "adaptive"), ""),
+        (Config("specpair_adaptive", REMOTE, ("--mode", "sampled"), "adaptive",
+                twin=(TWIN, f"fixed:{K}")), ""),
     ]
     if calibrate:
         run.append((Config("draft_alone", model="draft", result=False), ""))
@@ -98,8 +109,9 @@ class Plan:
         return cells[r:] + cells[:r]
 
     def measurements(self) -> int:
-        per_engine = self.reps * len(self.cells(0)) + len(self.concurrencies)  # + warm-ups
-        return per_engine * len(self.run)
+        cells = self.reps * len(self.cells(0))
+        return sum(cells * (2 if c.twin else 1) + len(self.concurrencies)  # + warm-ups
+                   for c, _ in self.run)
 
     def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at

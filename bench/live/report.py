@@ -81,6 +81,13 @@ def table(doc: dict) -> str:
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
                      f"{gap:>6} {p99:>7}")
+    paired = [r for r in doc["rows"] if r.get("ratio_vs_twin")]
+    if paired:
+        twin = next(t["config"] for t in doc["rows"] if t.get("twin_of") == paired[0]["config"])
+        lines += ["", f"{paired[0]['config']} over {twin} (its requests pinned to fixed:K) in "
+                  "the same engine, per repetition:"]
+        lines += [f"  {r['workload']:<8} {_sampling(r):<10} c={r['concurrency']}: "
+                  f"{_rng(r['ratio_vs_twin'], '.3f')}" for r in paired]
     return "\n".join(lines)
 
 

@@ -8,7 +8,9 @@ last by the engine core's timestamps, vLLM's ``vllm:request_decode_time_seconds`
 excluded), ``stream_tokens_per_s`` (the same from the client's chunk arrival times, a
 cross-check that a starved client or API server distorts), ``decode_tokens`` (those tokens,
 summed) and ``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and
-specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``).
+specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``) and
+``twin_of`` (the config whose engine ran it with the requests' own depth policy pinned, or
+None: bench.live.plan's twin).
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from bench.live.client import round_quantile
 __all__ = ["ROW_FIELDS", "assemble", "check_rows", "counter_delta", "summary"]
 
 TARGET = "target_only"
-# Every row has these; ratio_vs_target_only and the acceptance fields are None where they do
-# not apply (target-only; an engine without drafts).
+# Every row has these; ratio_vs_target_only, ratio_vs_twin and the acceptance fields are None
+# where they do not apply (target-only; an engine without drafts; a row without a twin).
 ROW_FIELDS = ("config", "workload", "temperature", "top_p", "concurrency", "tokens_per_s",
-              "ratio_vs_target_only", "accepted_per_round", "accepted_per_position",
-              "draft_tokens_per_round", "steps", "counters", "reps")
+              "ratio_vs_target_only", "ratio_vs_twin", "twin_of", "accepted_per_round",
+              "accepted_per_position", "draft_tokens_per_round", "steps", "counters", "reps")
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -67,12 +69,20 @@ def _cell(m: dict) -> tuple:
     return m["workload"], m["temperature"], m["top_p"], m["concurrency"]
 
 
+def _ratios(ms: list[dict], ref: dict[int, list[float]]) -> dict[str, float] | None:
+    """Each measurement's tokens/s over the mean of ``ref``'s values in its repetition."""
+    ratios = [m["tokens_per_s"] / statistics.fmean(ref[m["rep"]]) for m in ms
+              if ref.get(m["rep"])]
+    return summary(ratios) if ratios else None
+
+
 def assemble(measurements: list[dict]) -> list[dict]:
     """One row per (config, workload, temperature, top_p, concurrency), in first-seen order.
 
     Ratios: per repetition r, the row's tokens/s over the mean of target-only's values in
     repetition r of the same cell (both phases where both ran); the row reports their
-    median, min and max. Acceptance: from the counters summed over the repetitions:
+    median, min and max. ``ratio_vs_twin``, likewise, over its twin's value in repetition r
+    (the same engine, pinned requests). Acceptance: from the counters summed over the repetitions:
     accepted drafts per drafting round (vLLM's num_drafts), per position the share of rounds
     whose drafts were accepted up to it, draft tokens per round, and the decode steps
     (tokens decoded minus drafts accepted: each step yields one token plus its accepted
@@ -81,17 +91,18 @@ def assemble(measurements: list[dict]) -> list[dict]:
     for m in measurements:
         groups[(m["config"], *_cell(m))].append(m)
     base: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    twins: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in measurements:
         if m["config"] == TARGET:
             base[_cell(m)][m["rep"]].append(m["tokens_per_s"])
+        if m.get("twin_of"):
+            twins[(m["twin_of"], *_cell(m))][m["rep"]].append(m["tokens_per_s"])
     rows = []
     for (config, workload, temperature, top_p, conc), ms in groups.items():
         ratio = None
         if config != TARGET:
-            ref = base.get((workload, temperature, top_p, conc), {})
-            ratios = [m["tokens_per_s"] / statistics.fmean(ref[m["rep"]]) for m in ms
-                      if ref.get(m["rep"])]
-            ratio = summary(ratios) if ratios else None
+            ratio = _ratios(ms, base.get((workload, temperature, top_p, conc), {}))
+        twin_ratio = _ratios(ms, twins.get((config, workload, temperature, top_p, conc), {}))
         c = _sum_counters(ms)
         decoded = sum(m["decode_tokens"] for m in ms)
         drafts = c.get("drafts", 0.0)
@@ -100,7 +111,8 @@ def assemble(measurements: list[dict]) -> list[dict]:
             "config": config, "workload": workload, "temperature": temperature,
             "top_p": top_p, "concurrency": conc,
             "tokens_per_s": summary([m["tokens_per_s"] for m in ms]),
-            "ratio_vs_target_only": ratio,
+            "ratio_vs_target_only": ratio, "ratio_vs_twin": twin_ratio,
+            "twin_of": ms[0].get("twin_of"),
             "accepted_per_round": accepted / drafts if drafts else None,
             "accepted_per_position": [a / drafts for a in c["per_pos"]]
             if drafts and c.get("per_pos") else None,

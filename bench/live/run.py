@@ -15,6 +15,7 @@ from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
+from specpair.vllm.depth_policy import PIN_ARG
 
 __all__ = ["ENGINE_ENV", "MODEL_NAME", "RAW", "engine_env", "run"]
 
@@ -112,22 +113,29 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
             for c in plan.concurrencies:  # warm-up, not recorded
                 streams(server.port, MODEL_NAME, prompts_for(plan.workloads[0], 0, c),
                         plan.max_tokens, 1.0, 1.0)
+            # (row name, the requests' vllm_xargs); a twin's turn alternates by repetition
+            turns = [(config.name, None)]
+            if config.twin is not None:
+                turns.append((config.twin[0], {PIN_ARG: config.twin[1]}))
             for rep in range(plan.reps):
                 for workload, sampling, c in plan.cells(rep):
-                    before = _counters(server, drafter)
-                    got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
-                                  plan.max_tokens, sampling.temperature, sampling.top_p)
-                    delta = _finished(server, drafter, before, c)
-                    decoded = sum(s.tokens - 1 for s in got)
-                    out.append({
-                        "config": config.name, "phase": phase, "workload": workload,
-                        "temperature": sampling.temperature, "top_p": sampling.top_p,
-                        "concurrency": c, "rep": rep,
-                        "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
-                        "stream_tokens_per_s": sum(s.decode_tokens_per_s for s in got),
-                        "decode_tokens": decoded, "counters": delta})
-                    raw.write(json.dumps(out[-1]) + "\n")
-                    raw.flush()
+                    for name, xargs in turns[::-1] if rep % 2 else turns:
+                        before = _counters(server, drafter)
+                        got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
+                                      plan.max_tokens, sampling.temperature, sampling.top_p,
+                                      xargs)
+                        delta = _finished(server, drafter, before, c)
+                        decoded = sum(s.tokens - 1 for s in got)
+                        out.append({
+                            "config": name, "phase": phase, "workload": workload,
+                            "temperature": sampling.temperature, "top_p": sampling.top_p,
+                            "concurrency": c, "rep": rep,
+                            "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
+                            "stream_tokens_per_s": sum(s.decode_tokens_per_s for s in got),
+                            "decode_tokens": decoded, "counters": delta,
+                            "twin_of": config.name if xargs else None})
+                        raw.write(json.dumps(out[-1]) + "\n")
+                        raw.flush()
                 progress(f"[{i}/{len(plan.run)}] {tag}: repetition {rep + 1}/{plan.reps} done")
         finally:
             server.stop()

@@ -14,7 +14,7 @@ import pytest
 from bench.live.__main__ import main as live_main
 from bench.live.client import round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
-from bench.live.plan import K, full_plan, quick_plan
+from bench.live.plan import TWIN, K, full_plan, quick_plan
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
@@ -57,6 +57,24 @@ def test_ratios_pair_each_repetition_with_both_target_only_phases():
     assert x["draft_tokens_per_round"] == pytest.approx(3.0)
     assert x["steps"] == 62 - 10  # decoded minus accepted
     check_rows(list(rows.values()))
+
+
+def test_a_twin_is_its_own_row_and_its_engine_mate_is_paired_with_it_per_repetition():
+    ms = [_m("target_only", r, 50.0, phase=p) for r in (0, 1) for p in ("A", "B")]
+    ms += [_m("a", 0, 90.0), _m("a", 1, 60.0)]
+    ms += [{**_m("t", 0, 100.0), "twin_of": "a"}, {**_m("t", 1, 50.0), "twin_of": "a"}]
+    rows = {r["config"]: r for r in assemble(ms)}
+    assert rows["a"]["ratio_vs_twin"] == {"median": pytest.approx(1.05), "min": 0.9,
+                                          "max": 1.2}
+    assert rows["t"]["twin_of"] == "a" and rows["t"]["ratio_vs_twin"] is None
+    assert rows["t"]["ratio_vs_target_only"] == {"median": 1.5, "min": 1.0, "max": 2.0}
+    assert rows["target_only"]["ratio_vs_twin"] is None
+    check_rows(list(rows.values()))
+    for r in rows.values():
+        r["model"] = None
+    text = table({"rows": list(rows.values()), "calibration": []})
+    assert "a over t (its requests pinned to fixed:K) in the same engine" in text
+    assert "code     T=1        c=1: 1.050 [0.900-1.200]" in text
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -196,6 +214,8 @@ def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
         assert adaptive.env == {"SPECPAIR_DEPTH_POLICY": "adaptive"}
         assert adaptive.drafter_args == ("--mode", "sampled")
         assert adaptive.speculative["num_speculative_tokens"] == K  # K max = the bench's K
+        assert adaptive.twin == (TWIN, f"fixed:{K}")  # pinned per request, same engine
+        assert all(c.twin is None for c in by.values() if c is not adaptive)
         assert by["target_only"].env == by["vllm_draft_model"].env == {}
 
 

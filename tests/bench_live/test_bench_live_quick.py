@@ -25,7 +25,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {"target_only", "vllm_ngram", "vllm_draft_model", "specpair_greedy",
-           "specpair_sampled", "specpair_adaptive"}
+           "specpair_sampled", "specpair_adaptive", "specpair_fixed_twin"}
 
 
 def test_quick_mode_writes_every_configuration(tmp_path):
@@ -39,9 +39,12 @@ def test_quick_mode_writes_every_configuration(tmp_path):
     assert len(cells) == 2 * 2 * 2 and len(doc["rows"]) == len(CONFIGS) * len(cells)
     for r in doc["rows"]:
         if r["config"] in ("vllm_draft_model", "specpair_greedy", "specpair_sampled",
-                           "specpair_adaptive"):  # adaptive drafts K before it learns
-            assert r["accepted_per_round"] is not None, r
+                           "specpair_adaptive", "specpair_fixed_twin"):  # adaptive drafts K
+            assert r["accepted_per_round"] is not None, r  # before it learns
         if r["config"].startswith("specpair"):
             assert r["model"] is not None, r  # every part of its round was measured
     assert (tmp_path / "live.png").stat().st_size > 10_000
     assert "x target-only" in run.stdout
+    adaptive = [r for r in doc["rows"] if r["config"] == "specpair_adaptive"]
+    assert all(r["ratio_vs_twin"] is not None for r in adaptive)  # paired in its engine
+    assert "specpair_adaptive over specpair_fixed_twin" in run.stdout
