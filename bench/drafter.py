@@ -8,6 +8,11 @@ extended as in serving). Batched (one round for B requests) and sequential (B
 one-request rounds) are timed alternately in the same loop; medians reported.
 Runs with 1 torch thread (as the tests' drafter does): a 128-wide model gains
 nothing from more, and on a shared 2-core box extra OpenMP threads spin.
+
+The second table: the committed trained draft's round with the drafter's own Llama forward
+(specpair.drafter.llama_forward, as served) against the same model through transformers'
+``LlamaForCausalLM`` forward, two engines driven by the same script with their rounds
+alternating in one loop (the rounds' bits are the same: tests/drafter/test_llama_forward.py).
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from pathlib import Path
 import torch
 
 from specpair.drafter.engine import DrafterEngine
-from specpair.drafter.model import HFDraftModel
+from specpair.drafter.model import HFDraftModel, _HFForward
 from specpair.models.tiny import make_tiny
 from specpair.wire.frames import Propose, ProposeItem, RequestParams
 
 K = 3
 ROUNDS = 20
 PROMPT = 32
+TRAINED = Path(__file__).resolve().parents[1] / "models" / "trained" / "draft"
 
 
 class _Target:
@@ -98,6 +104,28 @@ def _table() -> None:
                 ts.append(y)
         mb, ms = statistics.median(tb) * 1e3, statistics.median(ts) * 1e3
         print(f"| {b} | {mb:.2f} | {mb / K:.2f} | {mb / b:.2f} | {ms:.2f} | {mb / ms:.2f}x |")
+    _forward_table()
+
+
+def _forward_table(rounds: int = 60) -> None:
+    own, hf = HFDraftModel(TRAINED), HFDraftModel(TRAINED)
+    hf.forward = _HFForward(hf.model)
+    print(f"\n## Drafter round, trained draft: specpair's Llama forward vs transformers' "
+          f"(T=1, prompt {PROMPT}, {rounds} alternating rounds each, median [min-max])\n")
+    print("| B | K | own forward ms/round | transformers ms/round | own / transformers |")
+    print("|---|---|---|---|---|")
+    for b, k in ((1, 3), (1, 5), (4, 3), (4, 5)):
+        targets = [_Target(DrafterEngine(m, tokenizer_fingerprint=bytes(32), wire_version=1),
+                           b, seed=b, k=k) for m in (own, hf)]
+        times: list[list[float]] = [[], []]
+        for i in range(rounds + 2):  # the first two (prompt prefill) are warm-up
+            for j in (0, 1) if i % 2 else (1, 0):
+                dt = targets[j].run(list(range(b)))
+                if i >= 2:
+                    times[j].append(dt * 1e3)
+        (a, h) = (statistics.median(t) for t in times)
+        cells = [f"{statistics.median(t):.2f} [{min(t):.2f}-{max(t):.2f}]" for t in times]
+        print(f"| {b} | {k} | {cells[0]} | {cells[1]} | {a / h:.2f}x |")
 
 
 if __name__ == "__main__":

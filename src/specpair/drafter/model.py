@@ -22,7 +22,9 @@ every padding query follows at least one real token of its row, so no query
 row is fully masked (which would put NaNs into the cache). After the last step
 each row's real slots are copied back into its own cache. A round of one row (B = 1) has
 no padding: its cache is fed in place and returned as it is, with no stacking or copy
-(the same values, fewer copies per round).
+(the same values, fewer copies per round). A Llama-layout model runs through
+``specpair.drafter.llama_forward`` (the same operations without transformers' per-call
+machinery); any other model through its own forward.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from specpair.drafter.errors import ModelLoadError
+from specpair.drafter.llama_forward import LlamaForward
 from specpair.wire.frames import FeatureSpec
 
 __all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "cache_length"]
@@ -104,6 +107,7 @@ class HFDraftModel:
                        or config.hidden_size // config.num_attention_heads)
         size = next(self.model.parameters()).element_size()
         self.kv_bytes_per_token = 2 * layers * heads * head_dim * size  # keys and values
+        self.forward = LlamaForward.of(self.model) or _HFForward(self.model)
 
     @torch.inference_mode()
     def begin(self, rows: Sequence[Row]) -> tuple[_HFSession, torch.Tensor]:
@@ -133,15 +137,10 @@ class HFDraftModel:
             cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
         mask = mask.to(dev)
         width = p_max + t_max
-        out = self.model(input_ids=ids.to(dev), attention_mask=mask[:, :width],
-                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
-        if b == 1:
-            logits = out.logits[:, -1]
-        else:
-            last = torch.tensor(n, device=dev) - 1
-            logits = out.logits[torch.arange(b, device=dev), last]  # [B, V]
+        last = None if b == 1 else torch.tensor(n, device=dev) - 1  # each row's last token
+        logits = self.forward(ids.to(dev), mask[:, :width], pos.to(dev), cache, last)
         next_pos = torch.tensor([r.start + k for r, k in zip(rows, n, strict=True)], device=dev)
-        session = _HFSession(self.model, out.past_key_values, mask, width, next_pos)
+        session = _HFSession(self.forward, cache, mask, width, next_pos)
         return session, logits.float().cpu()
 
     def crop(self, cache: DynamicCache, length: int) -> DynamicCache | None:
@@ -159,9 +158,9 @@ class _HFSession:
     view of its first ``width`` + 1 columns (the same values as padding a column of ones on
     each step, without a new tensor per step), reallocated only past _MASK_SPARE steps."""
 
-    def __init__(self, model: torch.nn.Module, cache: DynamicCache, mask: torch.Tensor,
+    def __init__(self, forward: Any, cache: DynamicCache, mask: torch.Tensor,
                  width: int, next_pos: torch.Tensor) -> None:
-        self.model, self.cache, self.next_pos = model, cache, next_pos
+        self.forward, self.cache, self.next_pos = forward, cache, next_pos
         self.buf, self.width = mask, width
 
     @property
@@ -175,12 +174,10 @@ class _HFSession:
         self.width += 1
         if self.width > self.buf.shape[1]:
             self.buf = torch.nn.functional.pad(self.buf, (0, _MASK_SPARE), value=1)
-        out = self.model(input_ids=tokens.to(dev).unsqueeze(1), attention_mask=self.mask,
-                         position_ids=self.next_pos.unsqueeze(1), past_key_values=self.cache,
-                         use_cache=True)
-        self.cache = out.past_key_values
+        logits = self.forward(tokens.to(dev).unsqueeze(1), self.mask,
+                              self.next_pos.unsqueeze(1), self.cache, None)
         self.next_pos = self.next_pos + 1
-        return out.logits[:, -1].float().cpu()
+        return logits.float().cpu()
 
     def finish(self) -> list[DynamicCache]:
         if self.buf.shape[0] == 1:  # one row never has padding slots: its cache as it is
@@ -193,6 +190,21 @@ class _HFSession:
             out.append(DynamicCache(ddp_cache_data=[
                 (k[b: b + 1, :, keep].clone(), v[b: b + 1, :, keep].clone()) for k, v in layers]))
         return out
+
+
+class _HFForward:
+    """Any causal LM through its own forward (``LlamaForward``'s signature)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                 cache: DynamicCache, rows: torch.Tensor | None) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         past_key_values=cache, use_cache=True)
+        if rows is None:
+            return out.logits[:, -1]
+        return out.logits[torch.arange(ids.shape[0], device=ids.device), rows]  # [B, V]
 
 
 def _stack_caches(caches: list[DynamicCache | None], past: list[int], p_max: int,
