@@ -101,32 +101,35 @@ SPEC_COUNTERS = {
     "round_s_count": "specpair_round_seconds_count",
     "drafter_s_sum": "specpair_drafter_round_seconds_sum",
     "drafter_s_count": "specpair_drafter_round_seconds_count",
+    "chosen": "specpair_chosen_depth_total",  # the depth policy's choices, by depth
 }
+_BY_LABEL = {"per_pos": "position", "chosen": "depth"}  # counters kept as lists by label
 
 
 def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
-    """The SPEC_COUNTERS found in Prometheus texts (summed over label sets, ``per_pos`` as a
-    list by position); counters absent from every text are left out."""
+    """The SPEC_COUNTERS found in Prometheus texts (summed over label sets; ``per_pos`` as a
+    list by position, ``chosen`` by depth); counters absent from every text are left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     names = {v: k for k, v in SPEC_COUNTERS.items()}
     out: dict[str, float | list[float]] = {}
-    per_pos: dict[int, float] = {}
+    lists: dict[str, dict[int, float]] = {}
     le_counts: dict[float, float] = {}
     for text in metrics_texts:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 key = names.get(s.name)
-                if key == "per_pos":
-                    pos = int(s.labels["position"])
-                    per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+                if key in _BY_LABEL:
+                    got = lists.setdefault(key, {})
+                    i = int(s.labels[_BY_LABEL[key]])
+                    got[i] = got.get(i, 0.0) + s.value
                 elif key is not None:
                     out[key] = out.get(key, 0.0) + s.value
                 elif s.name == ROUND_BUCKET:
                     le = float(s.labels["le"])
                     le_counts[le] = le_counts.get(le, 0.0) + s.value
-    if per_pos:
-        out["per_pos"] = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)]
+    for key, got in lists.items():
+        out[key] = [got.get(i, 0.0) for i in range(max(got) + 1)]
     if le_counts:  # cumulative counts of rounds at or under each bound of ROUND_BUCKETS
         out["round_le"] = [le_counts.get(b, 0.0) for b in (*ROUND_BUCKETS, float("inf"))]
     return out

@@ -172,8 +172,12 @@ def test_spec_counters_read_vllm_and_drafter_texts():
                     'specpair_drafter_round_seconds_bucket{le="+Inf"} 3\n'
                     "specpair_drafter_round_seconds_sum 0.25\n"
                     "specpair_drafter_round_seconds_count 3\n")
-    assert spec_counters(vllm_text, drafter_text) == {
-        "drafts": 7.0, "per_pos": [5.0, 2.0], "drafter_s_sum": 0.25, "drafter_s_count": 3.0}
+    target_text = ("# TYPE specpair_chosen_depth counter\n"
+                   'specpair_chosen_depth_total{depth="0"} 4.0\n'
+                   'specpair_chosen_depth_total{depth="3"} 9.0\n')
+    assert spec_counters(vllm_text, drafter_text, target_text) == {
+        "drafts": 7.0, "per_pos": [5.0, 2.0], "drafter_s_sum": 0.25, "drafter_s_count": 3.0,
+        "chosen": [4.0, 0.0, 0.0, 9.0]}
 
 
 def test_round_histogram_gives_an_upper_bound_of_the_p99():

@@ -188,6 +188,53 @@ def test_a_pin_that_does_not_parse_is_logged_and_the_engine_setting_applies(capl
     assert "\n" not in line
 
 
+def _requests(policy, clock, law, accept, n_req, rounds, tag):
+    """``n_req`` requests of ``rounds`` decode steps each, one after the other (concurrency
+    1), drafted under ``law``; draft j is accepted when the one before it was and
+    ``accept[j]`` says so for that round (a deterministic pattern). A step costs 22 ms + 1 ms
+    per draft verified, the PROPOSE round 2 ms + 1.5 ms per draft. The depths chosen."""
+    chosen, i = [], 0
+    for n in range(n_req):
+        req, sampled, handed = f"{tag}{n}", 1, 0
+        for _ in range(rounds):
+            clock.now += 0.022 + 0.001 * handed + (0.002 + 0.0015 * handed if handed else 0)
+            policy.begin({req})
+            k = policy.choose(req, sampled, law=law)
+            policy.handed(req, k)
+            policy.round_time(0.002 + 0.0015 * k if k else None)
+            chosen.append(k)
+            acc = 0
+            while acc < k and accept[acc](i):
+                acc += 1
+            i += 1
+            sampled, handed = 1 + acc, k
+    return chosen
+
+
+def test_requests_of_another_sampling_law_do_not_inherit_its_acceptance():
+    """bench-live's cells in one engine: greedy prose (first draft always accepted, the
+    second almost never), then sampled prose (about 0.7 at every position). With the
+    engine-wide counts kept per law, the first sampled request drafts K from its first
+    round, as in a fresh engine; sharing one pool (the control), the greedy a_2 ~ 0.04 holds
+    it at k = 1 until a probe tests position 2 again (16 rounds)."""
+    greedy = [lambda i: True, lambda i: i % 25 == 0, lambda i: True]
+    sampled = [lambda i: i % 10 < 7] * 3
+
+    def sampled_depths(greedy_law, sampled_law):
+        clock = Clock()
+        p = DepthPolicy(3, clock=clock)
+        _requests(p, clock, greedy_law, greedy, 8, 40, "g")
+        return _requests(p, clock, sampled_law, sampled, 8, 40, "s")
+
+    fresh = Clock()
+    alone = _requests(DepthPolicy(3, clock=fresh), fresh, (False, False), sampled, 8, 40, "s")
+    kept = sampled_depths((True, False), (False, False))
+    shared = sampled_depths((), ())
+    assert alone[:15] == kept[:15] == [3] * 15, kept[:15]
+    assert shared[:15] == [1] * 15, shared[:15]  # the control: the inherited a_2
+    assert kept.count(3) > shared.count(3)
+
+
 def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():
     assert parse_setting("adaptive", K) == PolicySetting("adaptive")
     assert parse_setting("", K) == PolicySetting("adaptive")

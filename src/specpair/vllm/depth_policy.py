@@ -8,10 +8,12 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
   E(k) / t(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j (Leviathan et al. 2023, 3.3),
   from RUNNING estimates: a_j, the chance that draft j is accepted once drafts 1..j-1 were,
   counted per request from earlier rounds' accepted counts (shrunk towards the engine-wide
-  counts), and the step time t(k): the time between successive propose calls, split into
-  the PROPOSE round as the session timed it (drafter + wire; none at k = 0) and the rest
-  (the target's verify of 1 + k tokens, vLLM's own work), each a decayed least-squares fit
-  a + b*k against the largest depth asked for at the earlier call. k = 0 (target-only for
+  counts of requests drafted under the same law: greedy or sampled, truncated or not; a
+  greedy request's a_2 says nothing of a sampled one's), and the step time t(k): the time
+  between successive propose calls, split into the PROPOSE round as the session timed it
+  (drafter + wire; none at k = 0) and the rest (the target's verify of 1 + k tokens, vLLM's
+  own work), each a decayed least-squares fit a + b*k against the largest depth asked for
+  at the earlier call. k = 0 (target-only for
   that request) when no k > 0 beats it. A probe round drafts one more than the best k
   (k = 1 from 0; one less from K), so a request that stopped drafting can come back and
   the fits see two depths: every ``probe_every`` rounds while a request drafts, at gaps
@@ -38,10 +40,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 
-__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "ENV", "PIN_ARG"]
+__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "sampling_law",
+           "ENV", "PIN_ARG"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,13 @@ def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
                      "schedule:K1,K2,...")
 
 
+def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
+    """The part of a request's sampling settings its drafts' acceptance depends on most:
+    (greedy, truncated). ``choose``'s ``law``: requests share engine-wide counts only
+    within one."""
+    return temperature < 1e-5, top_k > 0 or top_p < 1.0
+
+
 def expected_tokens(accept: list[float], k: int) -> float:
     """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j: tokens one round commits with k drafts."""
     total, run = 1.0, 1.0
@@ -114,6 +124,7 @@ class _Req:
     next_probe: int = PROBE_EVERY - 1  # the round of the next probe
     handed: int = 0  # drafts handed to the verifier at the last step
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
+    law: Hashable = ()  # the engine-wide counts it shares (``choose``'s ``law``)
 
 
 @dataclass
@@ -157,7 +168,7 @@ class DepthPolicy:
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
         self._reqs: dict[str, _Req] = {}
-        self._pool = _Counts([0.0] * self.k_max, [0.0] * self.k_max)  # engine-wide, decayed
+        self._pools: dict[Hashable, _Counts] = {}  # engine-wide by law, decayed
         self.fit = _Fit()  # the step without its PROPOSE round: verify of 1 + k tokens
         self.round_fit = _Fit(coef=(0.0, 0.0))  # the PROPOSE round (k > 0); 0 until timed
         self._round: float | None = None  # the last step's round time (None: no round)
@@ -184,14 +195,16 @@ class DepthPolicy:
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
 
-    def choose(self, req_id: str, num_sampled: int, pin: str | None = None) -> int:
+    def choose(self, req_id: str, num_sampled: int, pin: str | None = None,
+               law: Hashable = ()) -> int:
         """This round's depth for ``req_id``; ``num_sampled`` is what the target committed
         at this step (1 + the drafts it accepted of those handed at the last step); ``pin``:
-        the request's own setting (PIN_ARG's value; read at its first round)."""
+        the request's own setting (PIN_ARG's value); ``law``: what its drafts' acceptance
+        depends on beyond its context (``sampling_law``); both read at its first round."""
         r = self._reqs.get(req_id)
         if r is None:
             r = self._reqs[req_id] = _Req(_Counts([0.0] * self.k_max, [0.0] * self.k_max),
-                                          setting=self._pin(req_id, pin))
+                                          setting=self._pin(req_id, pin), law=law)
         s = r.setting or self.setting
         adaptive = s.mode == "adaptive"
         if r.handed and num_sampled > 0 and adaptive:
@@ -224,9 +237,10 @@ class DepthPolicy:
     def acceptance(self, req_id: str) -> list[float]:
         """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's)."""
         r = self._reqs.get(req_id)
+        pool = self._pool(r.law if r else ())
         out = []
         for j in range(self.k_max):
-            pool_t, pool_a = self._pool.tested[j], self._pool.accepted[j]
+            pool_t, pool_a = pool.tested[j], pool.accepted[j]
             prior = (pool_a + _PRIOR_A) / (pool_t + 1.0)
             t, a = (r.counts.tested[j], r.counts.accepted[j]) if r else (0.0, 0.0)
             out.append((a + _PRIOR_ROUNDS * prior) / (t + _PRIOR_ROUNDS))
@@ -263,14 +277,21 @@ class DepthPolicy:
             k = k + 1 if k < self.k_max else k - 1
         return k
 
+    def _pool(self, law: Hashable) -> _Counts:
+        pool = self._pools.get(law)
+        if pool is None:
+            pool = self._pools[law] = _Counts([0.0] * self.k_max, [0.0] * self.k_max)
+        return pool
+
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
         """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
         j <= accepted."""
-        for c in (r.counts, self._pool):  # older rounds fade: the law drifts with context
+        pool = self._pool(r.law)
+        for c in (r.counts, pool):  # older rounds fade: the law drifts with context
             c.tested[:] = [_DECAY * t for t in c.tested]
             c.accepted[:] = [_DECAY * a for a in c.accepted]
         for j in range(min(accepted + 1, handed)):
             ok = 1.0 if j < accepted else 0.0
-            for c in (r.counts, self._pool):
+            for c in (r.counts, pool):
                 c.tested[j] += 1.0
                 c.accepted[j] += ok

@@ -34,7 +34,7 @@ from specpair import qlaw
 from specpair.proposal import QKind
 from specpair.vllm import settings
 from specpair.vllm.client import LazyRemote, drafter_seed
-from specpair.vllm.depth_policy import PIN_ARG, DepthPolicy
+from specpair.vllm.depth_policy import PIN_ARG, DepthPolicy, sampling_law
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
@@ -173,7 +173,8 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
         sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
         sp = runner.requests[req_id].sampling_params
         pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # the request's own policy
-        depth = (min(proposer.policy.choose(req_id, len(sampled), pin),
+        law = sampling_law(float(sp.temperature), int(sp.top_k), float(sp.top_p))
+        depth = (min(proposer.policy.choose(req_id, len(sampled), pin, law),
                      max(0, proposer.max_model_len - n - 1)) if sampled else 0)
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))

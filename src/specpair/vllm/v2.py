@@ -42,7 +42,7 @@ from specpair import qlaw
 from specpair.qlaw import Drafts
 from specpair.vllm import settings
 from specpair.vllm.client import LazyRemote, drafter_seed
-from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.depth_policy import DepthPolicy, sampling_law
 from specpair.vllm.errors import RemoteVerificationRefused
 from specpair.vllm.metrics import target_metrics
 from specpair.wire.frames import RequestParams
@@ -184,7 +184,8 @@ class RemoteSpeculator(LazyRemote):
         steps = []
         for i, req_id in enumerate(input_batch.req_ids[:num_reqs]):
             n = int(total[i])
-            k = (min(depth, self.policy.choose(req_id, int(sampled[i])),
+            law = sampling_law(float(temps[i]))  # V2 shows no top-k / top-p
+            k = (min(depth, self.policy.choose(req_id, int(sampled[i]), law=law),
                      max(0, self.max_model_len - n - 1)) if sampled[i] else 0)
             start = session.needed_from(req_id, n) if k else n
             # only the tokens the drafter lacks cross from the device
