@@ -68,10 +68,10 @@ def _post(api: ApiServer, path: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def _reads_as_text(text: str) -> None:
+def _reads_as_text(text: str) -> bool:
     printable = sum(c.isprintable() or c in "\n\t" for c in text)
-    assert len(text) >= 40 and printable == len(text), repr(text)
-    assert len(PY_WORDS.findall(text)) >= 2, repr(text)  # words of Python, not byte soup
+    return (len(text) >= 40 and printable == len(text)
+            and len(PY_WORDS.findall(text)) >= 2)  # words of Python, not byte soup
 
 
 def test_completion_and_chat_read_as_python(server) -> None:
@@ -79,13 +79,19 @@ def test_completion_and_chat_read_as_python(server) -> None:
                                           "temperature": 0.0, "ignore_eos": True})
     text = r["choices"][0]["text"]
     print(f"completion: {PROMPT + text!r}")
-    _reads_as_text(text)
-    chat = _post(server, "/v1/chat/completions", {
-        "model": MODEL, "max_tokens": 48, "temperature": 1.0, "seed": 0, "ignore_eos": True,
-        "messages": [{"role": "user", "content": "a function that sorts a list"}]})
-    reply = chat["choices"][0]["message"]["content"]
-    print(f"chat: {reply!r}")
-    _reads_as_text(reply)
+    assert _reads_as_text(text), repr(text)
+    # a T = 1 sample of a small model may come out as soup: most of three must read as text
+    # (which draws the verifier makes depends on the depths the adaptive policy chose, and
+    # those on step timing, so a seed does not fix the reply)
+    replies = []
+    for seed in range(3):
+        chat = _post(server, "/v1/chat/completions", {
+            "model": MODEL, "max_tokens": 48, "temperature": 1.0, "seed": seed,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": "a function that sorts a list"}]})
+        replies.append(chat["choices"][0]["message"]["content"])
+        print(f"chat (seed {seed}): {replies[-1]!r}")
+    assert sum(map(_reads_as_text, replies)) >= 2, replies
     metrics = urllib.request.urlopen(f"{server.url}/metrics", timeout=10).read().decode()
     accepted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                    if line.startswith("specpair_accepted_drafts_total{"))
