@@ -119,7 +119,7 @@ image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores
 	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
 
 .PHONY: image-verify-hw
-image-verify-hw: ## image-verify for rtx3090 then gb10 (hours on 2 cores, gb10 under qemu; not in CI).
+image-verify-hw: ## image-verify for rtx3090 then gb10 (about 70 min on 2 cores with cached wheels, gb10 under qemu; not in CI).
 	$(MAKE) --no-print-directory image-verify PROFILE=rtx3090
 	$(MAKE) --no-print-directory image-verify PROFILE=gb10
 
