@@ -5,6 +5,7 @@ and that its choices depend on earlier rounds only."""
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -142,7 +143,7 @@ def _alternate(policy, clock, rounds, pinned):
             # the step that ends here verified the drafts of the request that chose last
             clock.now += 0.01 + 0.002 * state["a"][1] if last == "a" else 0.05
             last = req
-            policy.begin({"a", "p"} if pinned else {"a"})
+            policy.begin({"a", "p"})  # both live (the same batch-size bucket either way)
             k = policy.choose(req, sampled, "fixed:1" if req == "p" else None)
             policy.handed(req, k)
             policy.round_time(None)
@@ -166,7 +167,7 @@ def test_a_request_pinned_by_its_own_setting_is_obeyed_and_teaches_nothing():
     assert mixed.chosen[1] >= 60  # "p" drafted its pinned depth every round
     assert a_mixed == a_alone
     assert mixed.acceptance("a") == pytest.approx(alone.acceptance("a"))
-    assert mixed.fit.coef == pytest.approx(alone.fit.coef)
+    assert mixed._fits[2][0].coef == pytest.approx(alone._fits[2][0].coef)
     # the control: without the pin, "p"'s rejected drafts pull the pooled acceptance down
     taught = DepthPolicy(K, clock=Clock())
     for _ in range(30):
@@ -233,6 +234,54 @@ def test_requests_of_another_sampling_law_do_not_inherit_its_acceptance():
     assert alone[:15] == kept[:15] == [3] * 15, kept[:15]
     assert shared[:15] == [1] * 15, shared[:15]  # the control: the inherited a_2
     assert kept.count(3) > shared.count(3)
+
+
+def _batch_steps(policy, clock, reqs, live, rounds, verify, rnd, accept):
+    """``rounds`` steps of the requests ``reqs`` batched (``live``: the step's live set);
+    every draft accepted with the deterministic pattern ``accept(i)``; a step costs
+    ``verify(k)`` + ``rnd(k)`` for its largest depth k. The depths chosen."""
+    chosen, state, i, last = [], {r: (1, 0) for r in reqs}, 0, 0
+    for _ in range(rounds):
+        clock.now += verify(last) + (rnd(last) if last else 0.0)
+        policy.begin(live)
+        ks = []
+        for r in reqs:
+            k = policy.choose(r, state[r][0])
+            policy.handed(r, k)
+            acc = 0
+            while acc < k and accept(i):
+                acc, i = acc + 1, i + 1
+            i += 1
+            state[r] = (1 + acc, k)
+            ks.append(k)
+        last = max(ks)
+        policy.round_time(rnd(last) if last else None)
+        chosen += ks
+    return chosen
+
+
+def test_step_costs_are_learned_per_batch_size():
+    """bench-live's cells in one engine: four requests at once (a round of 18 ms, a verify of
+    30 ms), then one alone (a round of 5 ms + 1 ms per draft, a verify of 22 ms + 1 ms per
+    draft), each draft accepted with probability 1/2: alone, one draft pays (1.5 tokens in
+    29 ms against 1 in 22), with the four's 18 ms round it would not. Its step is another
+    batch size, so its costs are its own and it drafts; timed against the four requests'
+    costs (the control: the same request in a step the policy takes for four), it does not."""
+    four = ["a", "b", "c", "d"]
+
+    def alone_after_four(live_alone):
+        clock, rng = Clock(), random.Random(0)
+        accept = lambda i: rng.random() < 0.5  # noqa: E731
+        p = DepthPolicy(3, clock=clock)
+        _batch_steps(p, clock, four, set(four), 120, lambda k: 0.030 + 0.001 * k,
+                     lambda k: 0.018, accept)
+        return _batch_steps(p, clock, ["e"], live_alone, 40, lambda k: 0.022 + 0.001 * k,
+                            lambda k: 0.005 + 0.001 * k, accept)
+
+    own = alone_after_four({"e"})
+    shared = alone_after_four({"e", "x", "y", "z"})  # idle names: the four requests' bucket
+    assert own[:15].count(0) <= 1, own
+    assert shared[:15].count(0) >= 13, shared  # the control
 
 
 def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():

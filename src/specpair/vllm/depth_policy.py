@@ -13,7 +13,9 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
   between successive propose calls, split into the PROPOSE round as the session timed it
   (drafter + wire; none at k = 0) and the rest (the target's verify of 1 + k tokens, vLLM's
   own work), each a decayed least-squares fit a + b*k against the largest depth asked for
-  at the earlier call. k = 0 (target-only for
+  at the earlier call, kept per batch size (1, 2, 4, 8, ... requests in the step: four
+  requests' round and verify cost more than one's, and a fit carried from one to the other
+  would misjudge every k until it had relearned). k = 0 (target-only for
   that request) when no k > 0 beats it. A probe round drafts one more than the best k
   (k = 1 from 0; one less from K), so a request that stopped drafting can come back and
   the fits see two depths: every ``probe_every`` rounds while a request drafts, at gaps
@@ -171,6 +173,9 @@ class DepthPolicy:
         self._pools: dict[Hashable, _Counts] = {}  # engine-wide by law, decayed
         self.fit = _Fit()  # the step without its PROPOSE round: verify of 1 + k tokens
         self.round_fit = _Fit(coef=(0.0, 0.0))  # the PROPOSE round (k > 0); 0 until timed
+        # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
+        # current bucket's
+        self._fits: dict[int, tuple[_Fit, _Fit]] = {1: (self.fit, self.round_fit)}
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
@@ -194,6 +199,10 @@ class DepthPolicy:
         self._untimed = False
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
+        bucket = 1 << max(0, len(live) - 1).bit_length()  # 1, 2, 4, 8, ... requests
+        if bucket not in self._fits:
+            self._fits[bucket] = (_Fit(), _Fit(coef=(0.0, 0.0)))
+        self.fit, self.round_fit = self._fits[bucket]
 
     def choose(self, req_id: str, num_sampled: int, pin: str | None = None,
                law: Hashable = ()) -> int:
