@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from specpair.drafter.engine import DrafterEngine
-from specpair.drafter.model import HFDraftModel, _HFForward
+from specpair.drafter.model import HFDraftModel, HFForward
 from specpair.models.tiny import make_tiny
 from specpair.wire.frames import Propose, ProposeItem, RequestParams
 
@@ -109,7 +109,7 @@ def _table() -> None:
 
 def _forward_table(rounds: int = 60) -> None:
     own, hf = HFDraftModel(TRAINED), HFDraftModel(TRAINED)
-    hf.forward = _HFForward(hf.model)
+    hf.forward = HFForward(hf.model)
     print(f"\n## Drafter round, trained draft: specpair's Llama forward vs transformers' "
           f"(T=1, prompt {PROMPT}, {rounds} alternating rounds each, median [min-max])\n")
     print("| B | K | own forward ms/round | transformers ms/round | own / transformers |")

@@ -12,7 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from specpair.drafter.llama_forward import LlamaForward
-from specpair.drafter.model import HFDraftModel, Row, _HFForward
+from specpair.drafter.model import HFDraftModel, HFForward, Row
 
 DRAFT = Path(__file__).resolve().parents[2] / "models" / "trained" / "draft"
 # (past tokens already cached, new tokens fed) per row
@@ -57,7 +57,7 @@ def test_the_same_logits_bit_for_bit_as_transformers(which, tmp_path):
         model = HFDraftModel(tmp_path / "gqa")
     fast = model.forward
     assert isinstance(fast, LlamaForward)
-    slow = _HFForward(model.model)
+    slow = HFForward(model.model)
     for batch in BATCHES:
         want = _rounds(model, slow, batch, model.vocab_size)
         got = _rounds(model, fast, batch, model.vocab_size)

@@ -42,7 +42,7 @@ from specpair.drafter.errors import ModelLoadError
 from specpair.drafter.llama_forward import LlamaForward
 from specpair.wire.frames import FeatureSpec
 
-__all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "cache_length"]
+__all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "HFForward", "cache_length"]
 
 _MASK_SPARE = 32  # mask columns allocated for draft steps (docs/wire.md: K <= 32)
 
@@ -107,7 +107,7 @@ class HFDraftModel:
                        or config.hidden_size // config.num_attention_heads)
         size = next(self.model.parameters()).element_size()
         self.kv_bytes_per_token = 2 * layers * heads * head_dim * size  # keys and values
-        self.forward = LlamaForward.of(self.model) or _HFForward(self.model)
+        self.forward = LlamaForward.of(self.model) or HFForward(self.model)
 
     @torch.inference_mode()
     def begin(self, rows: Sequence[Row]) -> tuple[_HFSession, torch.Tensor]:
@@ -192,7 +192,7 @@ class _HFSession:
         return out
 
 
-class _HFForward:
+class HFForward:
     """Any causal LM through its own forward (``LlamaForward``'s signature)."""
 
     def __init__(self, model: torch.nn.Module) -> None:

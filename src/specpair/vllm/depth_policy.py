@@ -117,6 +117,10 @@ class _Counts:
     tested: list[float]  # per position j: rounds whose draft j was verified (1..j-1 accepted)
     accepted: list[float]  # of those, rounds whose draft j was accepted
 
+    @classmethod
+    def empty(cls, k_max: int) -> _Counts:
+        return cls([0.0] * k_max, [0.0] * k_max)
+
 
 @dataclass
 class _Req:
@@ -212,7 +216,7 @@ class DepthPolicy:
         depends on beyond its context (``sampling_law``); both read at its first round."""
         r = self._reqs.get(req_id)
         if r is None:
-            r = self._reqs[req_id] = _Req(_Counts([0.0] * self.k_max, [0.0] * self.k_max),
+            r = self._reqs[req_id] = _Req(_Counts.empty(self.k_max),
                                           setting=self._pin(req_id, pin), law=law)
         s = r.setting or self.setting
         adaptive = s.mode == "adaptive"
@@ -287,10 +291,9 @@ class DepthPolicy:
         return k
 
     def _pool(self, law: Hashable) -> _Counts:
-        pool = self._pools.get(law)
-        if pool is None:
-            pool = self._pools[law] = _Counts([0.0] * self.k_max, [0.0] * self.k_max)
-        return pool
+        if law not in self._pools:
+            self._pools[law] = _Counts.empty(self.k_max)
+        return self._pools[law]
 
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
         """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for

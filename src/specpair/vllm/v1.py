@@ -172,14 +172,14 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
         n = int(batch.num_tokens_no_spec[i])
         sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
         sp = runner.requests[req_id].sampling_params
+        params = _params(proposer, req_id, sp, proposer.vocab_size)
         pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # the request's own policy
-        law = sampling_law(float(sp.temperature), int(sp.top_k), float(sp.top_p))
+        law = sampling_law(params.temperature, params.top_k, params.top_p)
         depth = (min(proposer.policy.choose(req_id, len(sampled), pin, law),
                      max(0, proposer.max_model_len - n - 1)) if sampled else 0)
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
-        steps.append(StepRequest(req_id, n, tokens, len(sampled), depth,
-                                 _params(proposer, req_id, sp, proposer.vocab_size)))
+        steps.append(StepRequest(req_id, n, tokens, len(sampled), depth, params))
     drafts = session.step(steps)
     for s, d in zip(steps, drafts, strict=True):
         proposer.policy.handed(s.req_id, 0 if d is None else d.depth)
