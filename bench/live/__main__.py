@@ -1,5 +1,5 @@
-"""python -m bench.live [--quick] [--pair DIR] [--out DIR] [--env KEY=VALUE ...] [--plan]
-                      [--report-only]
+"""python -m bench.live [--quick | --paired] [--reps N] [--pair DIR] [--out DIR]
+                      [--env KEY=VALUE ...] [--plan] [--report-only]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
 prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
@@ -9,6 +9,7 @@ prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 canno
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.live.plan import K, Plan, full_plan, quick_plan
+from bench.live.plan import PAIRED_REPS, K, Plan, full_plan, paired_plan, quick_plan
 from bench.live.workloads import WORKLOADS, prompts
 from specpair.cli import Parser
 
@@ -27,14 +28,22 @@ TRAINED = "models/trained"  # issue 15 item 1's committed pair (target/, draft/)
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="python -m bench.live", description=__doc__.split("\n\n")[1])
-    p.add_argument("--quick", action="store_true",
-                   help="2 repetitions, 32 tokens, T in {0, 1}, no draft-alone calibration")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="2 repetitions, 32 tokens, T in {0, 1}, no draft-alone calibration")
+    mode.add_argument("--paired", action="store_true",
+                      help="only the adaptive engine and its fixed-K twin, "
+                      f"{PAIRED_REPS} repetitions of every cell: adaptive over fixed with "
+                      "bootstrap intervals (default --out build/bench/paired)")
+    p.add_argument("--reps", type=int, default=None, metavar="N",
+                   help="repetitions per cell (1..200; default: the plan's)")
     p.add_argument("--pair", type=Path, default=None,
                    help="model pair directory with target/ and draft/ (default: the trained "
                    f"pair {TRAINED} where the tree has it, else the random tiny pair, "
                    "generated under OUT)")
-    p.add_argument("--out", type=Path, default=Path("build/bench"),
-                   help="where live.json, live.png and the logs (live-work/) go")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where live.json, live.png and the logs (live-work/) go (default "
+                   "build/bench; build/bench/paired with --paired)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of every engine (e.g. LD_PRELOAD=...)")
     p.add_argument("--plan", action="store_true", help="print the plan and estimate; run nothing")
@@ -42,6 +51,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="no engines: the table, live.json and live.png again from the last "
                    "run's measurements under OUT/live-work/")
     a = p.parse_args(argv)
+    if a.reps is not None and not 1 <= a.reps <= 200:
+        p.error(f"--reps wants 1..200, got {a.reps}")
+    if a.out is None:
+        a.out = Path("build/bench/paired" if a.paired else "build/bench")
     for item in a.env:
         if "=" not in item or not item.split("=", 1)[0]:
             p.error(f"--env wants KEY=VALUE, got {item[:60]!r}")
@@ -58,11 +71,14 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
-    plan = (quick_plan if a.quick else full_plan)(WORKLOADS)
+    plan = (quick_plan if a.quick else paired_plan if a.paired else full_plan)(WORKLOADS)
+    if a.reps is not None:
+        plan = dataclasses.replace(plan, reps=a.reps)
     if a.report_only:
         return _report(a.out, plan)
     est = plan.estimate_s()
-    print(f"bench-live: {'QUICK' if plan.quick else 'full'} plan: {len(plan.run)} engine starts "
+    starts = f"{len(plan.run)} engine start" + ("s" if len(plan.run) > 1 else "")
+    print(f"bench-live: {plan.name} plan: {starts} "
           f"({', '.join(c.name + (f'-{p}' if p else '') for c, p in plan.run)}), "
           f"{plan.reps} interleaved repetitions x {len(plan.cells(0))} cells "
           f"(workloads {', '.join(plan.workloads)}; "
@@ -98,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    meta = {"title": f"make bench-live{' QUICK' if plan.quick else ''} ({pair.name}, "
-            f"{started})", "quick": plan.quick, "pair": str(pair.resolve()),
+    meta = {"title": f"make bench-live, {plan.name} plan ({pair.name}, {started})",
+            "plan": plan.name, "pair": str(pair.resolve()),
             "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
             "engine_env": base_env | extra_env,
             "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),

@@ -24,9 +24,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-__all__ = ["K", "TWIN", "Config", "Plan", "Sampling", "configs", "full_plan", "quick_plan"]
+__all__ = ["K", "PAIRED_REPS", "TWIN", "Config", "Plan", "Sampling", "configs", "full_plan",
+           "paired_plan", "quick_plan"]
 
 K = 3  # draft depth of every speculative configuration
+PAIRED_REPS = 20  # repetitions of the paired plan: enough for a few per cent (bench.live.paired)
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,10 @@ def configs(calibrate: bool) -> list[tuple[Config, str]]:
     return run
 
 
+
 @dataclass(frozen=True)
 class Plan:
-    quick: bool
+    name: str  # "full", "QUICK" or "paired"
     reps: int
     max_tokens: int
     samplings: tuple[Sampling, ...]
@@ -124,9 +127,16 @@ SAMPLINGS = (Sampling(0.0, 1.0), Sampling(1.0, 1.0), Sampling(1.0, 0.9))
 
 
 def full_plan(workloads: tuple[str, ...]) -> Plan:
-    return Plan(False, 5, 128, SAMPLINGS, (1, 4), workloads, True, configs(True))
+    return Plan("full", 5, 128, SAMPLINGS, (1, 4), workloads, True, configs(True))
 
 
 def quick_plan(workloads: tuple[str, ...]) -> Plan:
     """Fewer repetitions and tokens, no top-p setting, no draft-alone calibration."""
-    return Plan(True, 2, 32, SAMPLINGS[:2], (1, 4), workloads, False, configs(False))
+    return Plan("QUICK", 2, 32, SAMPLINGS[:2], (1, 4), workloads, False, configs(False))
+
+
+def paired_plan(workloads: tuple[str, ...], reps: int = PAIRED_REPS) -> Plan:
+    """The adaptive engine alone, its twin beside it, many repetitions of the full plan's
+    cells: the adaptive-vs-fixed question with intervals (bench.live.paired)."""
+    return Plan("paired", reps, 128, SAMPLINGS, (1, 4), workloads, False,
+                [(c, p) for c, p in configs(False) if c.twin is not None])

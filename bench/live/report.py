@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 from bench.live.model import FLAG, predict
+from bench.live.paired import paired_cells, paired_summary, paired_table
 from bench.live.rows import assemble, check_rows
 
 __all__ = ["document", "plot", "table"]
@@ -40,7 +41,8 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
              q_s: dict[str, float]) -> dict:
     """live.json: ``rows`` (one per config x workload x temperature x top_p x concurrency,
     each with ``model``: the speed model's prediction, or None where a part is missing),
-    ``calibration`` (the draft-alone rows), ``meta``."""
+    ``calibration`` (the draft-alone rows), ``paired`` (the adaptive row over its twin with
+    bootstrap intervals, bench.live.paired), ``meta``."""
     rows = assemble(measurements)
     check_rows(rows)
     target, alone = _medians(rows, "target_only"), _medians(rows, "draft_alone")
@@ -49,7 +51,8 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     meta = {**meta, "q_build_s": q_s, "target_only_drift": _drift(measurements),
             "flag_above": FLAG}
     return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
-            "calibration": [r for r in rows if r["config"] in calibration_configs]}
+            "calibration": [r for r in rows if r["config"] in calibration_configs],
+            "paired": paired_summary(paired_cells(measurements))}
 
 
 def _sampling(r: dict) -> str:
@@ -81,13 +84,9 @@ def table(doc: dict) -> str:
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
                      f"{gap:>6} {p99:>7}")
-    paired = [r for r in doc["rows"] if r.get("ratio_vs_twin")]
+    paired = paired_table(doc["paired"]) if doc.get("paired") else ""
     if paired:
-        twin = next(t["config"] for t in doc["rows"] if t.get("twin_of") == paired[0]["config"])
-        lines += ["", f"{paired[0]['config']} over {twin} (its requests pinned to fixed:K) in "
-                  "the same engine, per repetition:"]
-        lines += [f"  {r['workload']:<8} {_sampling(r):<10} c={r['concurrency']}: "
-                  f"{_rng(r['ratio_vs_twin'], '.3f')}" for r in paired]
+        lines += ["", paired]
     return "\n".join(lines)
 
 

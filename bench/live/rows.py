@@ -126,6 +126,7 @@ def assemble(measurements: list[dict]) -> list[dict]:
 
 def check_rows(rows: list[dict]) -> None:
     """Raise ValueError naming the first row that breaks live.json's schema."""
+    with_target = any(r.get("config") == TARGET for r in rows)
     for i, r in enumerate(rows):
         missing = [f for f in ROW_FIELDS if f not in r]
         if missing:
@@ -135,9 +136,10 @@ def check_rows(rows: list[dict]) -> None:
                 and t["min"] <= t["median"] <= t["max"]):
             raise ValueError(f"row {i} ({r['config']}): tokens_per_s is not median/min/max")
         ratio = r["ratio_vs_target_only"]
-        if (r["config"] == TARGET) != (ratio is None):
+        if (r["config"] == TARGET) != (ratio is None) and (ratio is not None or with_target):
             raise ValueError(f"row {i} ({r['config']}): ratio_vs_target_only must be null "
-                             "exactly for target-only rows")
+                             "exactly for target-only rows (and every row's, in a run "
+                             "without target-only)")
         if r["concurrency"] < 1 or r["temperature"] < 0 or not 0 < r["top_p"] <= 1:
             raise ValueError(f"row {i} ({r['config']}): concurrency/temperature/top_p "
                              "out of range")

@@ -14,7 +14,8 @@ import pytest
 from bench.live.__main__ import main as live_main
 from bench.live.client import round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
-from bench.live.plan import TWIN, K, full_plan, quick_plan
+from bench.live.paired import paired_cells, paired_summary, paired_table
+from bench.live.plan import PAIRED_REPS, TWIN, K, full_plan, paired_plan, quick_plan
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
@@ -70,11 +71,43 @@ def test_a_twin_is_its_own_row_and_its_engine_mate_is_paired_with_it_per_repetit
     assert rows["t"]["ratio_vs_target_only"] == {"median": 1.5, "min": 1.0, "max": 2.0}
     assert rows["target_only"]["ratio_vs_twin"] is None
     check_rows(list(rows.values()))
-    for r in rows.values():
-        r["model"] = None
-    text = table({"rows": list(rows.values()), "calibration": []})
+    doc = document(ms, set(), {"title": "t"}, {"greedy": 0.0, "sampled": 0.0})
+    text = table(doc)
     assert "a over t (its requests pinned to fixed:K) in the same engine" in text
-    assert "code     T=1        c=1: 1.050 [0.900-1.200]" in text
+    # geometric mean of 0.9 and 1.2, then the median [min-max] of the two ratios
+    assert f"code     T=1        c=1: {(0.9 * 1.2) ** 0.5:.3f} [" in text
+    assert "]  1.050 [0.900-1.200]  n=2" in text
+
+
+def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_overall():
+    ms = []
+    for rep, (a, t) in enumerate([(90.0, 100.0), (110.0, 100.0), (80.0, 100.0), (100.0, 100.0)]):
+        for conc in (1, 4):
+            chosen = {"chosen": [1.0, 0.0, 0.0, 3.0]}
+            ms += [_m("a", rep, a * conc, conc=conc, counters=chosen),
+                   {**_m("t", rep, t * conc, conc=conc, counters={"chosen": [0, 0, 0, 9.0]}),
+                    "twin_of": "a"}]
+    ms.append(_m("a", 9, 50.0))  # a repetition without its twin pairs with nothing
+    cells = paired_cells(ms)
+    assert [c["concurrency"] for c in cells] == [1, 4]
+    assert cells[0]["ratios"] == pytest.approx([0.9, 1.1, 0.8, 1.0])
+    assert cells[0]["chosen"] == [4.0, 0.0, 0.0, 12.0]  # the adaptive turns only
+    s = paired_summary(cells, resamples=2000)
+    gm = (0.9 * 1.1 * 0.8 * 1.0) ** 0.25
+    for c in s["cells"]:
+        assert c["reps"] == 4 and c["geomean"] == pytest.approx(gm)
+        assert c["median"] == pytest.approx(0.95)
+        assert 0.8 <= c["low"] < gm < c["high"] <= 1.1  # inside the ratios' own range
+    assert s["all"]["geomean"] == pytest.approx(gm) and s["all"]["cells"] == 2
+    # two cells' resamples average: the overall interval is narrower than one cell's
+    one = s["cells"][0]
+    assert s["all"]["high"] - s["all"]["low"] < one["high"] - one["low"]
+    assert paired_summary(cells, resamples=2000) == s  # seeded: reproducible
+    text = paired_table(s)
+    assert "k 0:25% 1:0% 2:0% 3:75%" in text
+    assert f"all 2 cells: {gm:.3f} [" in text
+    assert paired_summary([]) == {"cells": [], "all": None} and paired_table(
+        {"cells": [], "all": None}) == ""
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -209,6 +242,14 @@ def test_plans_interleave_every_cell_once_per_repetition_and_bracket_target_only
     assert "draft_alone" in {c.name for c, _ in full.run}
 
 
+def test_the_paired_plan_runs_only_the_adaptive_engine_many_times():
+    plan = paired_plan(("code", "prose"))
+    assert [c.name for c, _ in plan.run] == ["specpair_adaptive"]
+    assert plan.run[0][0].twin == (TWIN, f"fixed:{K}") and plan.reps == PAIRED_REPS >= 20
+    assert plan.cells(0) == full_plan(("code", "prose")).cells(0)  # the full plan's cells
+    assert plan.measurements() == 20 * 12 * 2 + 2  # adaptive and twin, + warm-ups
+
+
 def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
     for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
         by = {c.name: c for c, _ in plan.run}
@@ -228,8 +269,14 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "8 engine starts" in ok.stderr and "minutes on a quiet 2-core box" in ok.stderr
+    paired = subprocess.run([sys.executable, "-m", "bench.live", "--paired", "--reps", "3",
+                             "--plan"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert paired.returncode == 0, paired.stderr
+    assert "paired plan: 1 engine start (specpair_adaptive), 3 interleaved" in paired.stderr
     for argv, message in ((["--pair", str(tmp_path)], "no target/config.json"),
-                          (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus")):
+                          (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus"),
+                          (["--reps", "0"], "--reps wants 1..200"),
+                          (["--quick", "--paired"], "not allowed with")):
         with pytest.raises(SystemExit) as exit_:
             live_main(argv)
         err = capsys.readouterr().err
