@@ -1,25 +1,34 @@
-"""The depth policy: per request and round, how many drafts (0..K) the target asks for.
+"""The depth policy: per decode step, how many drafts (0..K) each request asks for.
 
-The one owner of that choice; the V1 proposer and the V2 speculator ask it per request
-before each PROPOSE round and tell it what was handed to the verifier (docs/performance.md,
-"Adaptive policy"). Modes (``SPECPAIR_DEPTH_POLICY``, overlays/vllm/0.32.0/README.md):
+The one owner of that choice. Per step the V1 proposer and the V2 speculator tell it which
+requests run (``begin``) and what each committed (``observe``), ask for the step's depths
+(``depths``), and tell it what reached the verifier (``handed``) and how long the PROPOSE
+round took (``round_time``); docs/performance.md, "Adaptive policy". Modes
+(``SPECPAIR_DEPTH_POLICY``, overlays/vllm/0.32.0/README.md):
 
-- ``adaptive`` (default): k maximizing expected tokens per second,
-  E(k) / t(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j (Leviathan et al. 2023, 3.3),
-  from RUNNING estimates: a_j, the chance that draft j is accepted once drafts 1..j-1 were,
-  counted per request from earlier rounds' accepted counts (shrunk towards the engine-wide
-  counts of requests drafted under the same law: greedy or sampled, truncated or not; a
-  greedy request's a_2 says nothing of a sampled one's), and the step time t(k): the time
-  between successive propose calls, split into the PROPOSE round as the session timed it
-  (drafter + wire; none at k = 0) and the rest (the target's verify of 1 + k tokens, vLLM's
-  own work), each a decayed least-squares fit a + b*k against the largest depth asked for
-  at the earlier call, kept per batch size (1, 2, 4, 8, ... requests in the step: four
-  requests' round and verify cost more than one's, and a fit carried from one to the other
-  would misjudge every k until it had relearned). k = 0 (target-only for
-  that request) when no k > 0 beats it. A probe round drafts one more than the best k
-  (k = 1 from 0; one less from K), so a request that stopped drafting can come back and
-  the fits see two depths: every ``probe_every`` rounds while a request drafts, at gaps
-  doubling up to PROBE_MAX rounds while it stays at 0.
+- ``adaptive`` (default): one depth d for the step's adaptive requests, maximizing the
+  step's expected tokens per second, sum_i E_i(d) / t(d) with
+  E_i(d) = 1 + sum_{j<=d} prod_{l<=j} a_{i,l} (Leviathan et al. 2023, 3.3). One depth for
+  the batch because the step costs what its deepest request costs (the drafter's round
+  runs d draft steps for the whole batch; verifying a few more tokens costs little), so a
+  request drafting less than the others saves nothing and loses the tokens it would have
+  kept. From RUNNING estimates:
+  - a_{i,j}, the chance that request i's draft j is accepted once drafts 1..j-1 were:
+    counted per request from earlier rounds' accepted counts, shrunk, for j = 1, towards
+    the engine-wide counts of requests drafted under the same law (greedy or sampled,
+    truncated or not: a greedy request's a_1 says little of a sampled one's), and for
+    deeper positions towards a fixed prior (``_acceptance`` says why);
+  - t(d), the step time: the time between successive steps, split into the PROPOSE round
+    as the session timed it (drafter + wire; none at d = 0) and the rest (the target's
+    verify of 1 + d tokens, vLLM's own work), each a decayed least-squares fit a + b*d
+    against the step's largest depth, kept per batch size (1, 2, 4, 8, ... requests: four
+    requests' round and verify cost more than one's). A step in which a request joined is
+    not timed (its gap holds that request's prefill), nor the round it joined in (that
+    round carries its prompt to the drafter): one-off costs of a request, not of a depth.
+  d = 0 (target-only) when no d > 0 beats it. A probe step drafts one more than the best
+  d (1 from 0; K - 1 from K), so an engine that stopped drafting can come back and the fits
+  see two depths: every ``probe_every`` adaptive steps while drafting, at gaps doubling
+  up to PROBE_MAX steps while at 0.
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given).
 - ``off``: never draft (every step target-only).
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
@@ -28,9 +37,10 @@ before each PROPOSE round and tell it what was handed to the verifier (docs/perf
 One request may carry its own setting (V1: ``vllm_xargs={"specpair_depth_policy": ...}``,
 ``PIN_ARG``), any of the values above. A request pinned that way, or run by a pinned engine
 setting, is outside the adaptive estimates: its rounds teach neither the acceptance counts
-nor the step-time fits (a step with any such request is not timed), so adaptive requests
-beside it choose as they would alone. A value that does not parse is logged once for the
-request and ignored (the engine's setting applies): one bad request never stops the others.
+nor the step-time fits (a step with any such request is not timed), and the adaptive
+requests beside it choose their depth for the step as it will cost (no less than the
+pinned ones'). A value that does not parse is logged once for the request and ignored (the
+engine's setting applies): one bad request never stops the others.
 
 Every choice is a function of earlier rounds only (accepted counts and step times already
 seen), never of the current round's draws: the verifier's test is exact for any proposal
@@ -52,12 +62,15 @@ log = logging.getLogger(__name__)
 
 ENV = "SPECPAIR_DEPTH_POLICY"
 PIN_ARG = "specpair_depth_policy"  # a request's own setting (its sampling params' extra_args)
-PROBE_EVERY = 16  # rounds of a request between probes (adaptive), while it drafts
-PROBE_MAX = 256  # ... doubling up to this while it stays at k = 0
+PROBE_EVERY = 16  # adaptive steps between probes, while drafting
+PROBE_MAX = 256  # ... doubling up to this while at d = 0
 _DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
-_PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many engine-wide rounds
-_PRIOR_A = 0.7  # acceptance per position before anything is seen (optimistic: it drafts K)
-_PRIOR_SLOPE = 0.1  # b / a before two depths were timed: each draft adds a tenth of a step
+_PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many rounds of the prior
+_PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
+_POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
+# b / a before the data show a slope: the rest of the step (the target's verify of 1 + k
+# tokens a request) as flat in k; the round as growing a tenth per draft (a draft model step)
+_REST_SLOPE, _ROUND_SLOPE = 0.0, 0.1
 _SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
 _OUTLIER = 5.0  # a step gap above this many times the fitted t(k) is an idle gap, not timed
 _MIN_FIT = 5.0  # observations before outliers are judged
@@ -98,7 +111,7 @@ def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
 
 def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
     """The part of a request's sampling settings its drafts' acceptance depends on most:
-    (greedy, truncated). ``choose``'s ``law``: requests share engine-wide counts only
+    (greedy, truncated). ``observe``'s ``law``: requests share engine-wide counts only
     within one."""
     return temperature < 1e-5, top_k > 0 or top_p < 1.0
 
@@ -125,24 +138,24 @@ class _Counts:
 @dataclass
 class _Req:
     counts: _Counts
-    rounds: int = 0  # choices made for this request
-    probe_gap: int = PROBE_EVERY  # rounds from one probe to the next
-    next_probe: int = PROBE_EVERY - 1  # the round of the next probe
+    rounds: int = 0  # depths chosen for this request
     handed: int = 0  # drafts handed to the verifier at the last step
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
-    law: Hashable = ()  # the engine-wide counts it shares (``choose``'s ``law``)
+    law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
 
 
 @dataclass
 class _Fit:
-    """Decayed sums of (x = depth, y = seconds) for t(k) = a + b*k."""
+    """Decayed sums of (x = depth, y = seconds) for t(k) = a + b*k, the slope b ridged
+    towards ``prior`` * a."""
 
+    prior: float  # b / a before the data show a slope
+    coef: tuple[float, float]  # (a, b); until timed, in relative units
     w: float = 0.0
     x: float = 0.0
     y: float = 0.0
     xx: float = 0.0
     xy: float = 0.0
-    coef: tuple[float, float] = (1.0, _PRIOR_SLOPE)  # (a, b) until timed (relative units)
 
     def add(self, x: float, y: float) -> None:
         d = _DECAY
@@ -151,10 +164,10 @@ class _Fit:
         mean_x, mean_y = self.x / self.w, self.y / self.w
         var = self.xx - self.w * mean_x * mean_x
         cov = self.xy - self.w * mean_x * mean_y
-        # ridge towards the prior slope (a step grows by a tenth per draft) so one timed
-        # depth still gives a slope; measured variation takes over as it accumulates
-        a0 = mean_y / (1 + _PRIOR_SLOPE * mean_x)
-        b = max(0.0, (cov + _SLOPE_WEIGHT * _PRIOR_SLOPE * a0) / (var + _SLOPE_WEIGHT))
+        # ridge towards the prior slope, so one timed depth still gives a slope; measured
+        # variation takes over as it accumulates
+        a0 = mean_y / (1 + self.prior * mean_x)
+        b = max(0.0, (cov + _SLOPE_WEIGHT * self.prior * a0) / (var + _SLOPE_WEIGHT))
         self.coef = (max(mean_y - b * mean_x, 1e-9), b)
 
     def time(self, k: int) -> float:
@@ -174,16 +187,23 @@ class DepthPolicy:
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
         self._reqs: dict[str, _Req] = {}
-        self._pools: dict[Hashable, _Counts] = {}  # engine-wide by law, decayed
-        self.fit = _Fit()  # the step without its PROPOSE round: verify of 1 + k tokens
-        self.round_fit = _Fit(coef=(0.0, 0.0))  # the PROPOSE round (k > 0); 0 until timed
+        self._pools: dict[Hashable, _Counts] = {}  # a_1's engine-wide counts by law, decayed
+        self.fit, self.round_fit = self._new_fits()
         # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
         # current bucket's
         self._fits: dict[int, tuple[_Fit, _Fit]] = {1: (self.fit, self.round_fit)}
+        self._step: list[str] = []  # the requests observed at this step, in order
+        self._steps = 0  # adaptive steps decided (the probes' clock)
+        self._probe_gap = PROBE_EVERY  # steps from one probe to the next
+        self._next_probe = PROBE_EVERY - 1  # the adaptive step of the next probe
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
         self._untimed = False  # the last step had a request outside the adaptive estimates
+        self._joined = False  # a request made its first round at the last step
+        # the last step's observation (fit, round fit, depth, rest, round or None), added
+        # at the next begin unless a request joined in between
+        self._pending: tuple[_Fit, _Fit, int, float, float | None] | None = None
 
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
@@ -193,47 +213,79 @@ class DepthPolicy:
         """A step starts: time the last one (against the largest depth asked for) and forget
         finished requests."""
         now, k = self.clock(), self._last_depth
+        # A request's first step follows its prefill, and its first round carries its
+        # prompt to the drafter: so a step is timed one step late, once it is known that
+        # no request joined in the next one (whose prefill ran inside this gap), and the
+        # round of a step a request joined in is not timed.
+        if self._pending is not None and not self._joined:
+            fit, round_fit, depth, rest, rnd = self._pending
+            fit.add(depth, rest)
+            if rnd is not None:
+                round_fit.add(depth, rnd)
+        self._pending = None
         if self._last is not None and k is not None and not self._untimed:
             gap = now - self._last
             if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
-                self.fit.add(k, max(0.0, gap - (self._round or 0.0)))
-                if k and self._round is not None:
-                    self.round_fit.add(k, self._round)
+                rnd = self._round if k and not self._joined else None
+                self._pending = (self.fit, self.round_fit, k,
+                                 max(0.0, gap - (self._round or 0.0)), rnd)
         self._last, self._last_depth, self._round = now, None, None
-        self._untimed = False
+        self._untimed = self._joined = False
+        self._step = []
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
         bucket = 1 << max(0, len(live) - 1).bit_length()  # 1, 2, 4, 8, ... requests
         if bucket not in self._fits:
-            self._fits[bucket] = (_Fit(), _Fit(coef=(0.0, 0.0)))
+            self._fits[bucket] = self._new_fits()
         self.fit, self.round_fit = self._fits[bucket]
 
-    def choose(self, req_id: str, num_sampled: int, pin: str | None = None,
-               law: Hashable = ()) -> int:
-        """This round's depth for ``req_id``; ``num_sampled`` is what the target committed
-        at this step (1 + the drafts it accepted of those handed at the last step); ``pin``:
-        the request's own setting (PIN_ARG's value); ``law``: what its drafts' acceptance
-        depends on beyond its context (``sampling_law``); both read at its first round."""
+    @staticmethod
+    def _new_fits() -> tuple[_Fit, _Fit]:
+        """The step without its PROPOSE round (the verify of 1 + k tokens a request; 1 until
+        timed) and the round (k > 0; 0 until timed)."""
+        return _Fit(_REST_SLOPE, (1.0, _REST_SLOPE)), _Fit(_ROUND_SLOPE, (0.0, 0.0))
+
+    def observe(self, req_id: str, num_sampled: int, pin: str | None = None,
+                law: Hashable = ()) -> None:
+        """``req_id`` runs this step and wants a depth (``depths``); ``num_sampled`` is what
+        the target committed at this step (1 + the drafts it accepted of those handed at
+        the last step); ``pin``: the request's own setting (PIN_ARG's value); ``law``: what
+        its drafts' acceptance depends on beyond its context (``sampling_law``); both read
+        at its first step."""
         r = self._reqs.get(req_id)
         if r is None:
             r = self._reqs[req_id] = _Req(_Counts.empty(self.k_max),
                                           setting=self._pin(req_id, pin), law=law)
-        s = r.setting or self.setting
-        adaptive = s.mode == "adaptive"
-        if r.handed and num_sampled > 0 and adaptive:
+            self._joined = True
+        if r.handed and num_sampled > 0 and (r.setting or self.setting).mode == "adaptive":
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
         r.handed = 0
-        self._untimed |= not adaptive
-        k = self._pick(req_id, r, s)
-        r.rounds += 1
-        self.chosen[k] += 1
+        self._step.append(req_id)
+
+    def depths(self) -> dict[str, int]:
+        """This step's depth for every request observed since ``begin``."""
+        out, adaptive = {}, []
+        for rid in self._step:
+            r = self._reqs[rid]
+            s = r.setting or self.setting
+            if s.mode == "adaptive":
+                adaptive.append(rid)
+            else:
+                self._untimed = True
+                out[rid] = self._pinned(r, s)
+        if adaptive:
+            d = self._adaptive([self._reqs[rid] for rid in adaptive], max(out.values(), default=0))
+            out |= dict.fromkeys(adaptive, d)
+        for rid, k in out.items():
+            self._reqs[rid].rounds += 1
+            self.chosen[k] += 1
         # the step is timed against what was asked: a round that came back late still cost it
-        self._last_depth = max(self._last_depth or 0, k)
-        return k
+        self._last_depth = max(out.values(), default=0)
+        return {rid: out[rid] for rid in self._step}
 
     def handed(self, req_id: str, depth: int) -> None:
         """``depth`` drafts of ``req_id`` go to the verifier this step (0: none); a request
-        ``choose`` was not asked about this step (prefill) is ignored."""
+        not observed this step (prefill) is ignored."""
         r = self._reqs.get(req_id)
         if r is None:
             return
@@ -247,23 +299,55 @@ class DepthPolicy:
         """The fitted step time with depth k: no PROPOSE round at k = 0."""
         return self.fit.time(k) + (self.round_fit.time(k) if k else 0.0)
 
-    def acceptance(self, req_id: str) -> list[float]:
-        """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's)."""
+    def acceptance(self, req_id: str, law: Hashable = ()) -> list[float]:
+        """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's); of a
+        request not seen yet, the engine's for ``law``."""
         r = self._reqs.get(req_id)
-        pool = self._pool(r.law if r else ())
+        return self._acceptance(r, self._pool(r.law if r else law))
+
+    def best(self, req_ids: Collection[str], floor: int = 0) -> int:
+        """The d in 0..K maximizing the expected tokens per second of a step in which the
+        requests ``req_ids`` draft d (and others ``floor``) (ties: the smaller)."""
+        return self._best([self._reqs[rid] for rid in req_ids if rid in self._reqs], floor)
+
+    def _best(self, reqs: list[_Req], floor: int) -> int:
+        accepts = [self._acceptance(r, self._pool(r.law)) for r in reqs]
+        rates = [sum(expected_tokens(a, d) for a in accepts) / self.time(max(d, floor))
+                 for d in range(self.k_max + 1)]
+        return max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
+
+    def _adaptive(self, reqs: list[_Req], floor: int) -> int:
+        d = self._best(reqs, floor)
+        self._steps += 1
+        if self._steps > self._next_probe:
+            # while the engine stays off, each probe waits twice as long (a probe that does
+            # not pay costs less and less); drafting, one every probe_every steps
+            self._probe_gap = (min(2 * self._probe_gap, PROBE_MAX) if d == 0
+                               else self.setting.probe_every)
+            self._next_probe = self._steps + self._probe_gap - 1
+            d = d + 1 if d < self.k_max else d - 1
+        return d
+
+    def _pinned(self, r: _Req, s: PolicySetting) -> int:
+        if s.mode == "off":
+            return 0
+        if s.mode == "fixed":
+            return self.k_max if s.depth is None else min(s.depth, self.k_max)
+        return min(s.schedule[r.rounds % len(s.schedule)], self.k_max)  # schedule
+
+    def _acceptance(self, r: _Req | None, pool: _Counts) -> list[float]:
+        """Each position's own counts shrunk towards its prior: a_1's, the law's engine-wide
+        estimate; a deeper one's, _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
+        position j is tested only where drafts 1..j-1 were accepted, so those counts come
+        from the requests that reach it most (greedy prose: a_1 ~ 1, a_2 ~ 0.05), not from
+        the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
+        first = (pool.accepted[0] + _POOL_PRIOR * _PRIOR_A) / (pool.tested[0] + _POOL_PRIOR)
         out = []
         for j in range(self.k_max):
-            pool_t, pool_a = pool.tested[j], pool.accepted[j]
-            prior = (pool_a + _PRIOR_A) / (pool_t + 1.0)
             t, a = (r.counts.tested[j], r.counts.accepted[j]) if r else (0.0, 0.0)
-            out.append((a + _PRIOR_ROUNDS * prior) / (t + _PRIOR_ROUNDS))
+            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else _PRIOR_A))
+                       / (t + _PRIOR_ROUNDS))
         return out
-
-    def best(self, req_id: str) -> int:
-        """The k in 0..K maximizing E(k) / t(k) for ``req_id`` now (ties: the smaller)."""
-        accept = self.acceptance(req_id)
-        rates = [expected_tokens(accept, k) / self.time(k) for k in range(self.k_max + 1)]
-        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
     def _pin(self, req_id: str, pin: str | None) -> PolicySetting | None:
         if pin is None:
@@ -274,36 +358,17 @@ class DepthPolicy:
             log.warning("request %s: %s; ignored, the engine's %s applies", req_id, exc, ENV)
             return None
 
-    def _pick(self, req_id: str, r: _Req, s: PolicySetting) -> int:
-        if s.mode == "off":
-            return 0
-        if s.mode == "fixed":
-            return self.k_max if s.depth is None else min(s.depth, self.k_max)
-        if s.mode == "schedule":
-            return min(s.schedule[r.rounds % len(s.schedule)], self.k_max)
-        k = self.best(req_id)
-        if r.rounds >= r.next_probe:
-            # while it stays off, each probe waits twice as long (a probe that does not pay
-            # costs less and less); drafting again, every probe_every rounds
-            r.probe_gap = min(2 * r.probe_gap, PROBE_MAX) if k == 0 else s.probe_every
-            r.next_probe = r.rounds + r.probe_gap
-            k = k + 1 if k < self.k_max else k - 1
-        return k
-
     def _pool(self, law: Hashable) -> _Counts:
         if law not in self._pools:
-            self._pools[law] = _Counts.empty(self.k_max)
+            self._pools[law] = _Counts.empty(1)
         return self._pools[law]
 
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
         """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
         j <= accepted."""
-        pool = self._pool(r.law)
-        for c in (r.counts, pool):  # older rounds fade: the law drifts with context
+        for c in (r.counts, self._pool(r.law)):  # older rounds fade: the law drifts
             c.tested[:] = [_DECAY * t for t in c.tested]
             c.accepted[:] = [_DECAY * a for a in c.accepted]
-        for j in range(min(accepted + 1, handed)):
-            ok = 1.0 if j < accepted else 0.0
-            for c in (r.counts, pool):
+            for j in range(min(accepted + 1, handed, len(c.tested))):
                 c.tested[j] += 1.0
-                c.accepted[j] += ok
+                c.accepted[j] += 1.0 if j < accepted else 0.0

@@ -167,19 +167,23 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     session.begin(live)
     proposer.policy.begin(live)
     proposer.forget_seeds(live)
-    steps = []
+    reqs = []  # (req_id, tokens committed, sampled this step, params)
     for i, req_id in enumerate(req_ids):
-        n = int(batch.num_tokens_no_spec[i])
-        sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else []
+        sampled = len(sampled_token_ids[i]) if i < len(sampled_token_ids) else 0
         sp = runner.requests[req_id].sampling_params
         params = _params(proposer, req_id, sp, proposer.vocab_size)
-        pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # the request's own policy
-        law = sampling_law(params.temperature, params.top_k, params.top_p)
-        depth = (min(proposer.policy.choose(req_id, len(sampled), pin, law),
-                     max(0, proposer.max_model_len - n - 1)) if sampled else 0)
+        if sampled:  # (a request still in prefill has no depth to choose)
+            pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # its own policy
+            law = sampling_law(params.temperature, params.top_k, params.top_p)
+            proposer.policy.observe(req_id, sampled, pin, law)
+        reqs.append((req_id, int(batch.num_tokens_no_spec[i]), sampled, params))
+    depths = proposer.policy.depths()
+    steps = []
+    for i, (req_id, n, sampled, params) in enumerate(reqs):
+        depth = min(depths.get(req_id, 0), max(0, proposer.max_model_len - n - 1))
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
-        steps.append(StepRequest(req_id, n, tokens, len(sampled), depth, params))
+        steps.append(StepRequest(req_id, n, tokens, sampled, depth, params))
     drafts = session.step(steps)
     for s, d in zip(steps, drafts, strict=True):
         proposer.policy.handed(s.req_id, 0 if d is None else d.depth)

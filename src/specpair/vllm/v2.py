@@ -181,12 +181,15 @@ class RemoteSpeculator(LazyRemote):
         spec = session.features  # what the source declared
         session.begin(set(input_batch.req_ids))
         self.policy.begin(set(input_batch.req_ids))
+        req_ids = input_batch.req_ids[:num_reqs]
+        for i, req_id in enumerate(req_ids):
+            if sampled[i]:  # V2 shows no top-k / top-p: the law is greedy or sampled
+                self.policy.observe(req_id, int(sampled[i]), law=sampling_law(float(temps[i])))
+        chosen = self.policy.depths()
         steps = []
-        for i, req_id in enumerate(input_batch.req_ids[:num_reqs]):
+        for i, req_id in enumerate(req_ids):
             n = int(total[i])
-            law = sampling_law(float(temps[i]))  # V2 shows no top-k / top-p
-            k = (min(depth, self.policy.choose(req_id, int(sampled[i]), law=law),
-                     max(0, self.max_model_len - n - 1)) if sampled[i] else 0)
+            k = min(depth, chosen.get(req_id, 0), max(0, self.max_model_len - n - 1))
             start = session.needed_from(req_id, n) if k else n
             # only the tokens the drafter lacks cross from the device
             tokens = (rs.all_token_ids.gpu[idx[i], start:n].to("cpu", torch.int64) if start < n
