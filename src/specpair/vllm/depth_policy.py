@@ -200,7 +200,7 @@ class DepthPolicy:
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
         self._untimed = False  # the last step had a request outside the adaptive estimates
-        self._joined = False  # a request made its first round at the last step
+        self._joined = False  # a request was observed for the first time at the last step
         # the last step's observation (fit, round fit, depth, rest, round or None), added
         # at the next begin unless a request joined in between
         self._pending: tuple[_Fit, _Fit, int, float, float | None] | None = None
