@@ -135,8 +135,8 @@ def quick_plan(workloads: tuple[str, ...]) -> Plan:
     return Plan("QUICK", 2, 32, SAMPLINGS[:2], (1, 4), workloads, False, configs(False))
 
 
-def paired_plan(workloads: tuple[str, ...], reps: int = PAIRED_REPS) -> Plan:
+def paired_plan(workloads: tuple[str, ...]) -> Plan:
     """The adaptive engine alone, its twin beside it, many repetitions of the full plan's
     cells: the adaptive-vs-fixed question with intervals (bench.live.paired)."""
-    return Plan("paired", reps, 128, SAMPLINGS, (1, 4), workloads, False,
+    return Plan("paired", PAIRED_REPS, 128, SAMPLINGS, (1, 4), workloads, False,
                 [(c, p) for c, p in configs(False) if c.twin is not None])
