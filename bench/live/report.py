@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.live.model import FLAG, predict
 from bench.live.paired import paired_cells, paired_summary, paired_table
+from bench.live.plan import TWIN, configs
 from bench.live.rows import assemble, check_rows
 
 __all__ = ["document", "plot", "table"]
@@ -25,16 +26,17 @@ def _medians(rows: list[dict], config: str) -> dict[tuple, dict[int, float]]:
     return out
 
 
-def _drift(measurements: list[dict]) -> dict | None:
-    """Target-only's phase B median over its phase A median, minus 1, across cells."""
-    by: dict[tuple, dict[str, list[float]]] = {}
-    for m in measurements:
-        if m["config"] == "target_only":
-            cell = (m["workload"], m["temperature"], m["top_p"], m["concurrency"])
-            by.setdefault(cell, {}).setdefault(m["phase"], []).append(m["tokens_per_s"])
-    d = [statistics.median(p["B"]) / statistics.median(p["A"]) - 1 for p in by.values()
-         if p.get("A") and p.get("B")]
-    return {"median": statistics.median(d), "min": min(d), "max": max(d)} if d else None
+def _order(rows: list[dict]) -> list[dict]:
+    """A cell's rows together (workload, sampling, concurrency), in the plan's engine order
+    (target-only first, the twin last)."""
+    names = [c.name for c in configs(True)] + [TWIN]
+
+    def key(r: dict) -> tuple:
+        rank = names.index(r["config"]) if r["config"] in names else len(names)
+        return (r["workload"], r["temperature"], -r["top_p"], r["concurrency"], rank,
+                r["config"])
+
+    return sorted(rows, key=key)
 
 
 def document(measurements: list[dict], calibration_configs: set[str], meta: dict,
@@ -43,13 +45,12 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     each with ``model``: the speed model's prediction, or None where a part is missing),
     ``calibration`` (the draft-alone rows), ``paired`` (the adaptive row over its twin with
     bootstrap intervals, bench.live.paired), ``meta``."""
-    rows = assemble(measurements)
+    rows = _order(assemble(measurements))
     check_rows(rows)
     target, alone = _medians(rows, "target_only"), _medians(rows, "draft_alone")
     for r in rows:
         r["model"] = predict(r, target.get(_key(r), {}), alone.get(_key(r)), q_s)
-    meta = {**meta, "q_build_s": q_s, "target_only_drift": _drift(measurements),
-            "flag_above": FLAG}
+    meta = {**meta, "q_build_s": q_s, "flag_above": FLAG}
     return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
             "calibration": [r for r in rows if r["config"] in calibration_configs],
             "paired": paired_summary(paired_cells(measurements))}
@@ -69,7 +70,7 @@ def table(doc: dict) -> str:
     """The rows as a fixed-width table; '!' marks a prediction more than FLAG off; rnd p99:
     specpair's round time (PROPOSE to PROPOSAL), the histogram bound at or under which 99 % of
     the rounds took, ms."""
-    head = (f"{'config':<17} {'workload':<8} {'sampling':<10} {'c':>2} "
+    head = (f"{'config':<19} {'workload':<8} {'sampling':<10} {'c':>2} "
             f"{'tok/s median [min-max]':<24} {'x target-only':<19} {'acc/rnd':>7} "
             f"{'model tok/s':>11} {'gap':>6} {'rnd p99':>7}")
     lines = [head, "-" * len(head)]
@@ -80,7 +81,7 @@ def table(doc: dict) -> str:
         gap = "-" if m is None else f"{m['gap']:+.0%}" + ("!" if m["flagged"] else "")
         p99 = r.get("round_p99_s")  # an upper bucket bound, ms; specpair rows only
         p99 = "-" if p99 is None else f"{p99 * 1e3:.3g}"
-        lines.append(f"{r['config']:<17} {r['workload']:<8} {_sampling(r):<10} "
+        lines.append(f"{r['config']:<19} {r['workload']:<8} {_sampling(r):<10} "
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
                      f"{gap:>6} {p99:>7}")

@@ -1,16 +1,16 @@
 """From raw measurements to the rows of build/bench/live.json (pure: no processes, no clock).
 
-A measurement is one repetition of one cell in one engine: a dict with ``config``, ``phase``
-("A"/"B" for target-only, else ""), ``workload``, ``temperature``, ``top_p``,
-``concurrency``, ``rep``, ``tokens_per_s`` (decode tokens per second over the cell's
-concurrent streams: their tokens after the first over their mean decode time, first token to
-last by the engine core's timestamps, vLLM's ``vllm:request_decode_time_seconds``; prefill
-excluded), ``stream_tokens_per_s`` (the same from the client's chunk arrival times, a
-cross-check that a starved client or API server distorts), ``decode_tokens`` (those tokens,
-summed) and ``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and
-specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``) and
-``twin_of`` (the config whose engine ran it with the requests' own depth policy pinned, or
-None: bench.live.plan's twin).
+A measurement is one repetition of one cell in one engine: a dict with ``config``,
+``workload``, ``temperature``, ``top_p``, ``concurrency``, ``rep``, ``tokens_per_s`` (decode
+tokens per second over the cell's concurrent streams: their tokens after the first over their
+mean decode time, first token to last by the engine core's timestamps, vLLM's
+``vllm:request_decode_time_seconds``; prefill excluded), ``stream_tokens_per_s`` (the same from
+the client's chunk arrival times, a cross-check that a starved client or API server distorts;
+None where a stream came in one chunk), ``decode_tokens`` (those tokens, summed) and
+``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and specpair's
+round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``) and ``twin_of`` (the
+config whose engine ran it with the requests' own depth policy pinned, or None:
+bench.live.plan's twin).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def _ratios(ms: list[dict], ref: dict[int, list[float]]) -> dict[str, float] | N
 def assemble(measurements: list[dict]) -> list[dict]:
     """One row per (config, workload, temperature, top_p, concurrency), in first-seen order.
 
-    Ratios: per repetition r, the row's tokens/s over the mean of target-only's values in
-    repetition r of the same cell (both phases where both ran); the row reports their
+    Ratios: per repetition r, the row's tokens/s over target-only's value in repetition r
+    of the same cell (the mean, were there several); the row reports their
     median, min and max. ``ratio_vs_twin``, likewise, over its twin's value in repetition r
     (the same engine, pinned requests). Acceptance: from the counters summed over the repetitions:
     accepted drafts per drafting round (vLLM's num_drafts), per position the share of rounds

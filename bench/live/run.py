@@ -15,13 +15,15 @@ from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
-from specpair.vllm.depth_policy import PIN_ARG
 
-__all__ = ["ENGINE_ENV", "MODEL_NAME", "RAW", "engine_env", "run"]
+__all__ = ["ENGINE_ENV", "ENGINE_MB", "MODEL_NAME", "RAW", "engine_env", "run"]
 
 MODEL_NAME = "pair"
 RAW = "measurements.jsonl"  # under the work directory: what `--report-only` reads back
 START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 2-core box
+# Memory one engine up wants, its drafter's included (measured 2026-12-02: `free`'s used grew
+# by about 2.6 GB with one specpair engine and its drafter up, the 1 GiB KV cache included).
+ENGINE_MB = 2800
 # The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
 # specpair's default.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
@@ -87,9 +89,21 @@ def _finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) 
         time.sleep(0.05)
 
 
+def _memory_check(engines: int) -> None:
+    """Raise RuntimeError when the box has too little memory for ``engines`` engines up at
+    once (bench.live.plan: they take turns)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    avail_mb = int(fields["MemAvailable"].split()[0]) // 1024
+    if avail_mb < engines * ENGINE_MB:
+        raise RuntimeError(f"{engines} engines up at once want about {engines * ENGINE_MB} MB, "
+                           f"the box has {avail_mb} MB available")
+
+
 def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[dict]:
     """Every measurement of ``plan`` on the model pair ``pair`` (``target/``, ``draft/``);
-    logs, the overlaid vLLM copy and the key go under ``work``."""
+    logs, the overlaid vLLM copy and the key go under ``work``. Every engine is started
+    first and kept up; then the cells run, each in every engine in turn (bench.live.plan)."""
+    _memory_check(len(plan.run))
     work.mkdir(parents=True, exist_ok=True)
     vllm_dir = work / "vllm"
     if not (vllm_dir / "vllm").is_dir():
@@ -99,47 +113,50 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
     key.write_bytes(os.urandom(32).hex().encode())
     key.chmod(0o600)
     out: list[dict] = []
-    raw = open(work / RAW, "w")  # noqa: SIM115  one line per measurement as it is made
+    up: dict[str, tuple[ApiServer, Drafter | None]] = {}
     t_run = time.monotonic()
-    for i, (config, phase) in enumerate(plan.run, 1):
-        tag = config.name + (f"-{phase}" if phase else "")
-        progress(f"[{i}/{len(plan.run)}] {tag}: starting the engine "
-                 f"({time.monotonic() - t_run:.0f} s into the run)")
-        t0 = time.monotonic()
-        server, drafter = _engine(config, pair, work, vllm_dir, key, tag, extra_env)
-        try:
-            progress(f"[{i}/{len(plan.run)}] {tag}: healthy after {time.monotonic() - t0:.0f} s;"
-                     f" {plan.reps} repetitions x {len(plan.cells(0))} cells")
+    try:
+        for i, config in enumerate(plan.run, 1):
+            progress(f"[{i}/{len(plan.run)}] {config.name}: starting the engine "
+                     f"({time.monotonic() - t_run:.0f} s into the run)")
+            t0 = time.monotonic()
+            up[config.name] = _engine(config, pair, work, vllm_dir, key, config.name,
+                                      extra_env)
+            server = up[config.name][0]
             for c in plan.concurrencies:  # warm-up, not recorded
                 streams(server.port, MODEL_NAME, prompts_for(plan.workloads[0], 0, c),
                         plan.max_tokens, 1.0, 1.0)
-            # (row name, the requests' vllm_xargs); a twin's turn alternates by repetition
-            turns = [(config.name, None)]
-            if config.twin is not None:
-                turns.append((config.twin[0], {PIN_ARG: config.twin[1]}))
+            progress(f"[{i}/{len(plan.run)}] {config.name}: healthy and warm after "
+                     f"{time.monotonic() - t0:.0f} s")
+        progress(f"all {len(up)} engines up; {plan.reps} repetitions x {len(plan.cells(0))} "
+                 "cells, each cell in every engine in turn")
+        with open(work / RAW, "w") as raw:  # one line per measurement as it is made
             for rep in range(plan.reps):
-                for workload, sampling, c in plan.cells(rep):
-                    for name, xargs in turns[::-1] if rep % 2 else turns:
+                for n, (workload, sampling, c) in enumerate(plan.cells(rep)):
+                    for config, name, xargs in plan.turns(rep, n):
+                        server, drafter = up[config.name]
                         before = _counters(server, drafter)
                         got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
                                       plan.max_tokens, sampling.temperature, sampling.top_p,
                                       xargs)
                         delta = _finished(server, drafter, before, c)
                         decoded = sum(s.tokens - 1 for s in got)
+                        seen = [s.decode_tokens_per_s for s in got]
                         out.append({
-                            "config": name, "phase": phase, "workload": workload,
+                            "config": name, "workload": workload,
                             "temperature": sampling.temperature, "top_p": sampling.top_p,
                             "concurrency": c, "rep": rep,
                             "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
-                            "stream_tokens_per_s": sum(s.decode_tokens_per_s for s in got),
+                            "stream_tokens_per_s": None if None in seen else sum(seen),
                             "decode_tokens": decoded, "counters": delta,
                             "twin_of": config.name if xargs else None})
                         raw.write(json.dumps(out[-1]) + "\n")
                         raw.flush()
-                progress(f"[{i}/{len(plan.run)}] {tag}: repetition {rep + 1}/{plan.reps} done")
-        finally:
+                progress(f"repetition {rep + 1}/{plan.reps} done "
+                         f"({time.monotonic() - t_run:.0f} s into the run)")
+    finally:
+        for server, drafter in up.values():
             server.stop()
             if drafter is not None:
                 drafter.stop()
-    raw.close()
     return out

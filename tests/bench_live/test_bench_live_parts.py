@@ -12,20 +12,21 @@ from pathlib import Path
 
 import pytest
 from bench.live.__main__ import main as live_main
-from bench.live.client import round_quantile, spec_counters
+from bench.live.client import Stream, round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
 from bench.live.paired import paired_cells, paired_summary, paired_table
 from bench.live.plan import PAIRED_REPS, TWIN, K, full_plan, paired_plan, quick_plan
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
+from specpair.vllm.depth_policy import PIN_ARG
 from specpair.vllm.metrics import ROUND_BUCKETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _m(config, rep, tps, *, phase="", conc=1, temp=1.0, counters=None, decoded=31):
-    return {"config": config, "phase": phase, "workload": "code", "temperature": temp,
+def _m(config, rep, tps, *, conc=1, temp=1.0, counters=None, decoded=31):
+    return {"config": config, "workload": "code", "temperature": temp,
             "top_p": 1.0, "concurrency": conc, "rep": rep, "tokens_per_s": tps,
             "decode_tokens": decoded, "counters": counters or {}}
 
@@ -40,18 +41,17 @@ def test_summary_and_counter_delta():
                                             "per_pos": [2.0, 1.0, 1.0]}
 
 
-def test_ratios_pair_each_repetition_with_both_target_only_phases():
-    ms = [_m("target_only", 0, 100.0, phase="A"), _m("target_only", 0, 120.0, phase="B"),
-          _m("target_only", 1, 50.0, phase="A"), _m("target_only", 1, 50.0, phase="B"),
+def test_ratios_pair_each_repetition_with_target_only_in_the_same_repetition():
+    ms = [_m("target_only", 0, 110.0), _m("target_only", 1, 50.0),
           _m("x", 0, 55.0, counters={"drafts": 10.0, "accepted": 6.0, "draft_tokens": 30.0,
                                      "per_pos": [4.0, 2.0, 0.0]}),
           _m("x", 1, 100.0, counters={"drafts": 10.0, "accepted": 4.0, "draft_tokens": 30.0,
                                       "per_pos": [3.0, 1.0, 0.0]})]
     rows = {r["config"]: r for r in assemble(ms)}
     t, x = rows["target_only"], rows["x"]
-    assert t["ratio_vs_target_only"] is None and t["reps"] == 4
-    assert t["tokens_per_s"] == {"median": 75.0, "min": 50.0, "max": 120.0}
-    # rep 0: 55 / mean(100, 120) = 0.5; rep 1: 100 / 50 = 2.0
+    assert t["ratio_vs_target_only"] is None and t["reps"] == 2
+    assert t["tokens_per_s"] == {"median": 80.0, "min": 50.0, "max": 110.0}
+    # rep 0: 55 / 110 = 0.5; rep 1: 100 / 50 = 2.0
     assert x["ratio_vs_target_only"] == {"median": 1.25, "min": 0.5, "max": 2.0}
     assert x["accepted_per_round"] == pytest.approx(10 / 20)
     assert x["accepted_per_position"] == pytest.approx([7 / 20, 3 / 20, 0.0])
@@ -61,7 +61,7 @@ def test_ratios_pair_each_repetition_with_both_target_only_phases():
 
 
 def test_a_twin_is_its_own_row_and_its_engine_mate_is_paired_with_it_per_repetition():
-    ms = [_m("target_only", r, 50.0, phase=p) for r in (0, 1) for p in ("A", "B")]
+    ms = [_m("target_only", r, 50.0) for r in (0, 1)]
     ms += [_m("a", 0, 90.0), _m("a", 1, 60.0)]
     ms += [{**_m("t", 0, 100.0), "twin_of": "a"}, {**_m("t", 1, 50.0), "twin_of": "a"}]
     rows = {r["config"]: r for r in assemble(ms)}
@@ -117,7 +117,7 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
     ("accepted_per_round", 4.0, "accepted_per_round"),
 ])
 def test_check_rows_refuses_a_broken_row(field, value, message):
-    ms = [_m("target_only", 0, 10.0, phase="A"),
+    ms = [_m("target_only", 0, 10.0),
           _m("x", 0, 10.0, counters={"drafts": 2.0, "accepted": 1.0, "draft_tokens": 6.0})]
     rows = assemble(ms)
     rows[1][field] = value
@@ -173,10 +173,7 @@ def test_speed_model_arithmetic_for_each_kind_of_configuration():
 
 
 def test_document_and_table_flag_a_prediction_far_off():
-    ms = []
-    for phase in ("A", "B"):
-        ms += [_m("target_only", 0, 200.0, phase=phase, conc=1),
-               _m("target_only", 0, 400.0, phase=phase, conc=4, decoded=124)]
+    ms = [_m("target_only", 0, 200.0, conc=1), _m("target_only", 0, 400.0, conc=4, decoded=124)]
     # draft_model measured far below what its parts predict
     ms += [_m("vllm_draft_model", 0, 20.0, counters={"drafts": 10.0, "draft_tokens": 30.0,
                                                     "accepted": 10.0,
@@ -187,7 +184,6 @@ def test_document_and_table_flag_a_prediction_far_off():
     assert [r["config"] for r in doc["calibration"]] == ["draft_alone", "draft_alone"]
     dm = next(r for r in doc["rows"] if r["config"] == "vllm_draft_model")
     assert dm["model"]["flagged"] and dm["model"]["gap"] > FLAG
-    assert doc["meta"]["target_only_drift"] == {"median": 0.0, "min": 0.0, "max": 0.0}
     text = table(doc)
     line = next(x for x in text.splitlines() if x.startswith("vllm_draft_model"))
     gap, p99 = line.split()[-2:]
@@ -213,6 +209,11 @@ def test_spec_counters_read_vllm_and_drafter_texts():
         "chosen": [4.0, 0.0, 0.0, 9.0]}
 
 
+def test_a_stream_in_one_chunk_has_no_client_side_rate():
+    assert Stream(33, 1.0, 1.5).decode_tokens_per_s == 64.0
+    assert Stream(33, 1.0, 1.0).decode_tokens_per_s is None  # merged by a late API server
+
+
 def test_round_histogram_gives_an_upper_bound_of_the_p99():
     # 100 rounds: 90 within 5 ms, 9 more within 10 ms, the last within 25 ms
     def cumulative(bound):
@@ -229,30 +230,57 @@ def test_round_histogram_gives_an_upper_bound_of_the_p99():
     assert round_quantile([0.0] * len(le), 0.99) is None
 
 
-def test_plans_interleave_every_cell_once_per_repetition_and_bracket_target_only():
+def test_plans_interleave_every_cell_once_per_repetition_each_engine_once():
     for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
-        names = [c.name + p for c, p in plan.run]
-        assert names[0] == "target_onlyA" and names[-1] == "target_onlyB"
+        names = [c.name for c in plan.run]
+        assert names[0] == "target_only" and len(set(names)) == len(names)
         first = plan.cells(0)
         for rep in range(plan.reps):
             assert sorted(map(str, plan.cells(rep))) == sorted(map(str, first))
         assert plan.cells(1)[0] == first[1]  # rotated
     full = full_plan(("code", "prose"))
     assert full.reps >= 5 and len(full.cells(0)) == 2 * 3 * 2
-    assert "draft_alone" in {c.name for c, _ in full.run}
+    assert "draft_alone" in {c.name for c in full.run}
+
+
+def test_every_cell_runs_in_every_engine_in_turn_the_first_turn_rotating():
+    plan = full_plan(("code", "prose"))
+    names = [c.name for c in plan.run]
+    rows = names + [TWIN]
+    firsts = []
+    for rep in range(plan.reps):
+        for n in range(len(plan.cells(rep))):
+            turns = plan.turns(rep, n)
+            assert sorted(name for _, name, _ in turns) == sorted(rows)
+            for config, name, xargs in turns:  # the twin in its engine, pinned
+                assert (config.name, xargs) == (("specpair_adaptive", {PIN_ARG: f"fixed:{K}"})
+                                                if name == TWIN else (name, None))
+            firsts.append(turns[0][1])
+    # 5 x 12 cells over 8 turns: each turn first 7 or 8 times
+    assert {firsts.count(r) for r in rows} == {7, 8}
+
+
+def test_too_little_memory_for_the_engines_is_one_line_and_exit_3(tmp_path, monkeypatch,
+                                                                  capsys):
+    monkeypatch.setattr("bench.live.run.ENGINE_MB", 10**9)
+    assert live_main(["--quick", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("bench-live: 6 engines up at once want about 6000000000 MB, "
+                              "the box has ") and "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "live-work" / "measurements.jsonl").exists()
 
 
 def test_the_paired_plan_runs_only_the_adaptive_engine_many_times():
     plan = paired_plan(("code", "prose"))
-    assert [c.name for c, _ in plan.run] == ["specpair_adaptive"]
-    assert plan.run[0][0].twin == (TWIN, f"fixed:{K}") and plan.reps == PAIRED_REPS >= 20
+    assert [c.name for c in plan.run] == ["specpair_adaptive"]
+    assert plan.run[0].twin == (TWIN, f"fixed:{K}") and plan.reps == PAIRED_REPS >= 20
     assert plan.cells(0) == full_plan(("code", "prose")).cells(0)  # the full plan's cells
     assert plan.measurements() == 20 * 12 * 2 + 2  # adaptive and twin, + warm-ups
 
 
 def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
     for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
-        by = {c.name: c for c, _ in plan.run}
+        by = {c.name: c for c in plan.run}
         assert by["specpair_greedy"].env == {"SPECPAIR_DEPTH_POLICY": f"fixed:{K}"}
         assert by["specpair_sampled"].env == {"SPECPAIR_DEPTH_POLICY": f"fixed:{K}"}
         adaptive = by["specpair_adaptive"]
@@ -268,7 +296,8 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
     ok = subprocess.run([sys.executable, "-m", "bench.live", "--plan"], cwd=ROOT,
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "8 engine starts" in ok.stderr and "minutes on a quiet 2-core box" in ok.stderr
+    assert "7 engine starts" in ok.stderr and "all up at once, taking turns" in ok.stderr
+    assert "minutes on a quiet 2-core box" in ok.stderr
     paired = subprocess.run([sys.executable, "-m", "bench.live", "--paired", "--reps", "3",
                              "--plan"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert paired.returncode == 0, paired.stderr
@@ -294,8 +323,7 @@ def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_pat
     counters = {"drafts": 30.0, "draft_tokens": 90.0, "accepted": 30.0,
                 "per_pos": [18.0, 9.0, 3.0], "round_s_count": 8.0, "round_s_sum": 0.04,
                 "drafter_s_count": 8.0, "drafter_s_sum": 0.03}
-    ms = [_m("target_only", r, 100.0 + r, phase=p, conc=c)
-          for p in ("A", "B") for r in (0, 1) for c in (1, 4)]
+    ms = [_m("target_only", r, 100.0 + r, conc=c) for r in (0, 1) for c in (1, 4)]
     ms += [_m("specpair_sampled", r, 90.0, conc=c, counters=counters)
            for r in (0, 1) for c in (1, 4)]
     (work / "measurements.jsonl").write_text("".join(json.dumps(m) + "\n" for m in ms))
@@ -304,5 +332,5 @@ def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_pat
     doc = json.loads((tmp_path / "live.json").read_text())
     check_rows(doc["rows"])
     assert len(doc["rows"]) == 4 and all(r["model"] is not None for r in doc["rows"])
-    assert "specpair_sampled" in out and "target-only drift" in out
+    assert "specpair_sampled" in out and "wrote " in out
     assert (tmp_path / "live.png").read_bytes()[:4] == b"\x89PNG"

