@@ -129,8 +129,9 @@ class Plan:
 
     def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at
-        a conservative rate); a loaded box takes longer."""
-        per = 0.3 + self.max_tokens / tokens_per_s
+        a conservative rate, 1.1 s between two engines' turns: bench.live.run.SETTLE_S); a
+        loaded box takes longer."""
+        per = 0.3 + (1.1 if len(self.run) > 1 else 0.0) + self.max_tokens / tokens_per_s
         return len(self.run) * start_s + self.measurements() * per
 
 

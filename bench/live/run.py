@@ -24,6 +24,12 @@ START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 
 # Memory one engine up wants, its drafter's included (measured 2026-12-02: `free`'s used grew
 # by about 2.6 GB with one specpair engine and its drafter up, the 1 GiB KV cache included).
 ENGINE_MB = 2800
+# Between two turns: an engine that has just worked keeps its engine core and worker polling
+# their shared-memory queues (sched_yield) for 1 s after their last message (vLLM's
+# SpinCondition, busy_loop_s = 1, distributed/device_communicators/shm_broadcast.py); the
+# next engine waits that out so that it has the cores alone (a twin follows its own engine
+# without waiting).
+SETTLE_S = 1.1
 # The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
 # specpair's default.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
@@ -130,11 +136,15 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
                      f"{time.monotonic() - t0:.0f} s")
         progress(f"all {len(up)} engines up; {plan.reps} repetitions x {len(plan.cells(0))} "
                  "cells, each cell in every engine in turn")
+        last = None  # the engine of the turn before
         with open(work / RAW, "w") as raw:  # one line per measurement as it is made
             for rep in range(plan.reps):
                 for n, (workload, sampling, c) in enumerate(plan.cells(rep)):
                     for config, name, xargs in plan.turns(rep, n):
                         server, drafter = up[config.name]
+                        if last not in (None, config.name):
+                            time.sleep(SETTLE_S)
+                        last = config.name
                         before = _counters(server, drafter)
                         got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
                                       plan.max_tokens, sampling.temperature, sampling.top_p,
