@@ -26,11 +26,17 @@ from dataclasses import dataclass, field
 
 from specpair.vllm.depth_policy import PIN_ARG
 
-__all__ = ["K", "PAIRED_REPS", "TWIN", "Config", "Plan", "Sampling", "configs", "full_plan",
-           "paired_plan", "quick_plan"]
+__all__ = ["K", "PAIRED_REPS", "SETTLE_S", "TWIN", "Config", "Plan", "Sampling", "configs",
+           "full_plan", "paired_plan", "quick_plan"]
 
 K = 3  # draft depth of every speculative configuration
 PAIRED_REPS = 20  # repetitions of the paired plan: enough for a few per cent (bench.live.paired)
+# Seconds between two engines' turns (bench.live.run): an engine that has just worked keeps
+# its engine core and worker polling their shared-memory queues (sched_yield) for 1 s after
+# their last message (vLLM's SpinCondition, busy_loop_s = 1,
+# distributed/device_communicators/shm_broadcast.py); the next engine waits that out so that
+# it has the cores alone (a twin follows its own engine without waiting).
+SETTLE_S = 1.1
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,9 @@ class Plan:
 
     def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at
-        a conservative rate, 1.1 s between two engines' turns: bench.live.run.SETTLE_S); a
-        loaded box takes longer."""
-        per = 0.3 + (1.1 if len(self.run) > 1 else 0.0) + self.max_tokens / tokens_per_s
+        a conservative rate, SETTLE_S between two engines' turns); a loaded box takes
+        longer."""
+        per = 0.3 + (SETTLE_S if len(self.run) > 1 else 0.0) + self.max_tokens / tokens_per_s
         return len(self.run) * start_s + self.measurements() * per
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench.live.client import spec_counters, streams
-from bench.live.plan import Config, Plan
+from bench.live.plan import SETTLE_S, Config, Plan
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
@@ -24,12 +24,6 @@ START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 
 # Memory one engine up wants, its drafter's included (measured 2026-12-02: `free`'s used grew
 # by about 2.6 GB with one specpair engine and its drafter up, the 1 GiB KV cache included).
 ENGINE_MB = 2800
-# Between two turns: an engine that has just worked keeps its engine core and worker polling
-# their shared-memory queues (sched_yield) for 1 s after their last message (vLLM's
-# SpinCondition, busy_loop_s = 1, distributed/device_communicators/shm_broadcast.py); the
-# next engine waits that out so that it has the cores alone (a twin follows its own engine
-# without waiting).
-SETTLE_S = 1.1
 # The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
 # specpair's default.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
