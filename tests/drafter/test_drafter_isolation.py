@@ -8,6 +8,8 @@ each request's history (REFUSED past it).
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -95,13 +97,35 @@ def test_held_tokens_are_bounded_lru(draft_model: HFDraftModel) -> None:
         ItemStatus.RESYNC  # the least recently used went first
 
 
+def test_requests_drafted_alone_then_together_then_alone(draft_model: HFDraftModel,
+                                                         caplog) -> None:
+    """A request's cache from a round of its own joins a batched round and leaves it again
+    (as requests come and go in serving): every round drafts the batch as one, none falls
+    back to drafting each request alone."""
+    engine = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1)
+    hist = {1: [1, 5, 6, 7], 2: [1, 8, 9]}
+    sent = {r: 0 for r in hist}
+    for rnd, ids in enumerate([(1,), (1, 2), (1, 2), (2,), (1, 2)]):
+        items = tuple(ProposeItem(r, torch.tensor(hist[r][sent[r]:]), 0, len(hist[r]), 3, OK,
+                                  None) for r in ids)
+        got = engine.handle(Propose(rnd, items))
+        assert [it.status for it in got.items] == [ItemStatus.OK] * len(ids)
+        for r, it in zip(ids, got.items, strict=True):
+            sent[r] = len(hist[r])
+            hist[r].append(int(it.tokens[0]) + 1 if int(it.tokens[0]) + 1 < 64 else 4)
+    assert engine.metrics.draft_failures == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
 def test_kv_bytes_per_token(draft_model: HFDraftModel) -> None:
+    """A request's cache holds its tokens' KV bytes, and room for at most an eighth more
+    (at least kv.ROOM slots)."""
+    from specpair.drafter.kv import capacity
     from specpair.drafter.model import cache_length
 
     engine = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1)
     engine.handle(Propose(0, (_item(1, [1, 2, 3, 4, 5]),)))
     cache = engine._states[1].cache
     n = cache_length(cache)
-    held = sum(t.numel() * t.element_size() for layer in cache.layers
-               for t in (layer.keys, layer.values))
-    assert held == n * draft_model.kv_bytes_per_token
+    per = draft_model.kv_bytes_per_token
+    assert n * per <= cache.nbytes() <= capacity(n) * per

@@ -3,8 +3,9 @@
 A 1-layer draft spends most of a drafter round in ``LlamaForCausalLM.__call__``'s Python,
 not in its arithmetic: the 4-D mask built per call, the rotary module, the output objects,
 the keyword plumbing (docs/performance.md, "Drafter round cost"). This forward runs the same
-modules' weights through the same torch operations in the same order, on the same
-``DynamicCache``, so the bits are the same. It mirrors transformers 5's SDPA path, including
+modules' weights through the same torch operations in the same order, on a cache with
+``DynamicCache.update``'s contract (the drafter's ``specpair.drafter.kv.KV``, or a
+``DynamicCache``), so the bits are the same. It mirrors transformers 5's SDPA path, including
 where that passes no mask (an all-ones padding mask with one query, or as many queries as
 keys: ``is_causal`` then), and computes the head over every fed position as it does (over
 fewer rows the matmul rounds differently). ``tests/drafter/test_drafter_bits.py`` pins the

@@ -14,17 +14,17 @@ model declared a ``feature_spec``, else None. Draft tokens fed by ``step`` have
 no target features.
 
 ``HFDraftModel`` batches B rows with different past lengths into one forward:
-the per-request transformers ``DynamicCache``s are left-padded to a common
+the rows' caches (``specpair.drafter.kv.KV``) are stacked left-padded to a common
 length, the new tokens right-padded to a common count, and an attention mask
 (0 on every padding slot) plus explicit position ids keep each row's attention
 and RoPE exactly what they would be alone. Right-padding the new tokens means
 every padding query follows at least one real token of its row, so no query
 row is fully masked (which would put NaNs into the cache). After the last step
-each row's real slots are copied back into its own cache. A round of one row (B = 1) has
-no padding: its cache is fed in place and returned as it is, with no stacking or copy
-(the same values, fewer copies per round). A Llama-layout model runs through
-``specpair.drafter.llama_forward`` (the same operations without transformers' per-call
-machinery); any other model through its own forward.
+the slots the round added to each row are appended to the row's own cache. A round of one
+row (B = 1) has no padding: its cache is fed in place and returned as it is, with no
+stacking or copy. A Llama-layout model runs through ``specpair.drafter.llama_forward``
+(the same operations without transformers' per-call machinery); any other model through
+its own forward, handed the cache as a ``DynamicCache``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from specpair.drafter.errors import ModelLoadError
+from specpair.drafter.kv import KV
 from specpair.drafter.llama_forward import LlamaForward
 from specpair.wire.frames import FeatureSpec
 
@@ -77,7 +78,7 @@ class DraftModel(Protocol):
         """The cache of the first ``length`` tokens (may modify ``cache`` in place)."""
 
 
-def cache_length(cache: DynamicCache | None) -> int:
+def cache_length(cache: KV | None) -> int:
     return 0 if cache is None else cache.get_seq_length()
 
 
@@ -131,24 +132,23 @@ class HFDraftModel:
             mask[:, p_max + t_max:] = 1  # the slots draft steps will fill
             nt = torch.tensor(n).unsqueeze(1)
             pos = torch.tensor(past).unsqueeze(1) + torch.minimum(torch.arange(t_max), nt - 1)
-        if b == 1 and rows[0].cache is not None:
-            cache = rows[0].cache  # nothing to pad or stack: fed in place (finish returns it)
+        if b == 1:  # nothing to pad or stack: fed in place (finish returns it)
+            cache = rows[0].cache if rows[0].cache is not None else KV()
         else:
-            cache = _stack_caches([r.cache for r in rows], past, p_max, self.model.config)
+            cache = KV.stack([r.cache for r in rows], past, t_max)
         mask = mask.to(dev)
         width = p_max + t_max
         last = None if b == 1 else torch.tensor(n, device=dev) - 1  # each row's last token
         logits = self.forward(ids.to(dev), mask[:, :width], pos.to(dev), cache, last)
         next_pos = torch.tensor([r.start + k for r, k in zip(rows, n, strict=True)], device=dev)
-        session = _HFSession(self.forward, cache, mask, width, next_pos)
+        session = _HFSession(self.forward, cache, mask, width, next_pos,
+                             [r.cache for r in rows], p_max)
         return session, logits.float().cpu()
 
-    def crop(self, cache: DynamicCache, length: int) -> DynamicCache | None:
+    def crop(self, cache: KV, length: int) -> KV | None:
         if length == 0:
             return None
-        excess = cache.get_seq_length() - length
-        if excess > 0:
-            cache.crop(-excess)  # a negative value removes that many trailing tokens
+        cache.crop(length)
         return cache
 
 
@@ -158,10 +158,11 @@ class _HFSession:
     view of its first ``width`` + 1 columns (the same values as padding a column of ones on
     each step, without a new tensor per step), reallocated only past _MASK_SPARE steps."""
 
-    def __init__(self, forward: Any, cache: DynamicCache, mask: torch.Tensor,
-                 width: int, next_pos: torch.Tensor) -> None:
+    def __init__(self, forward: Any, cache: KV, mask: torch.Tensor, width: int,
+                 next_pos: torch.Tensor, rows: list[KV | None], p_max: int) -> None:
         self.forward, self.cache, self.next_pos = forward, cache, next_pos
         self.buf, self.width = mask, width
+        self.rows, self.p_max = rows, p_max  # the rows' own caches, their stacked pasts' end
 
     @property
     def mask(self) -> torch.Tensor:
@@ -179,52 +180,32 @@ class _HFSession:
         self.next_pos = self.next_pos + 1
         return logits.float().cpu()
 
-    def finish(self) -> list[DynamicCache]:
+    @torch.inference_mode()  # a row's cache, made in a round of its own, is an inference tensor
+    def finish(self) -> list[KV]:
         if self.buf.shape[0] == 1:  # one row never has padding slots: its cache as it is
             return [self.cache]
-        real = self.mask.bool()  # [B, L]
-        layers = [(layer.keys, layer.values) for layer in self.cache.layers]
-        out = []
-        for b in range(real.shape[0]):
-            keep = real[b].nonzero().squeeze(1)
-            out.append(DynamicCache(ddp_cache_data=[
-                (k[b: b + 1, :, keep].clone(), v[b: b + 1, :, keep].clone()) for k, v in layers]))
-        return out
+        added = self.mask[:, self.p_max:].bool()  # [B, slots] the round's slots, real or pad
+        return [self.cache.merge(b, added[b].nonzero().squeeze(1) + self.p_max, into)
+                for b, into in enumerate(self.rows)]
 
 
 class HFForward:
-    """Any causal LM through its own forward (``LlamaForward``'s signature)."""
+    """Any causal LM through its own forward (``LlamaForward``'s signature), handed the
+    cache's filled slots as a ``DynamicCache``; what the forward appends goes into the
+    cache."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
     def __call__(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
-                 cache: DynamicCache, rows: torch.Tensor | None) -> torch.Tensor:
+                 cache: KV, rows: torch.Tensor | None) -> torch.Tensor:
+        n = cache.get_seq_length()
+        dc = (DynamicCache(ddp_cache_data=[cache.view(i) for i in range(len(cache.bufs))])
+              if n else DynamicCache(config=self.model.config))
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         past_key_values=cache, use_cache=True)
+                         past_key_values=dc, use_cache=True)
+        for i, layer in enumerate(dc.layers):
+            cache.update(layer.keys[:, :, n:], layer.values[:, :, n:], i)
         if rows is None:
             return out.logits[:, -1]
         return out.logits[torch.arange(ids.shape[0], device=ids.device), rows]  # [B, V]
-
-
-def _stack_caches(caches: list[DynamicCache | None], past: list[int], p_max: int,
-                  config: Any) -> DynamicCache:
-    """One batched DynamicCache: row b's past, left-padded with zeros to ``p_max`` slots."""
-    if p_max == 0:
-        return DynamicCache(config=config)
-    template = next(c for c in caches if c is not None)
-    stacked = []
-    for li, ref in enumerate(template.layers):
-        ks, vs = [], []
-        for c, p in zip(caches, past, strict=True):
-            if c is None:
-                shape = (1, ref.keys.shape[1], p_max, ref.keys.shape[3])
-                ks.append(ref.keys.new_zeros(shape))
-                vs.append(ref.values.new_zeros(shape))
-                continue
-            lay = c.layers[li]
-            pad = (0, 0, p_max - p, 0)
-            ks.append(torch.nn.functional.pad(lay.keys, pad))
-            vs.append(torch.nn.functional.pad(lay.values, pad))
-        stacked.append((torch.cat(ks), torch.cat(vs)))
-    return DynamicCache(ddp_cache_data=stacked)
