@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -135,7 +136,8 @@ def test_resync_release_and_refusal(draft_model: HFDraftModel) -> None:
 def test_hello_declares_mode_encodings_and_limits(draft_model: HFDraftModel) -> None:
     sampled = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1,
                             draft_top_k=32).hello()
-    assert sampled.q_encodings == (QKind.SPARSE, QKind.DENSE) and sampled.max_support == 32
+    assert sampled.q_encodings == (QKind.SPARSE, QKind.DENSE, QKind.POINT_MASS)
+    assert sampled.max_support == 32
     assert sampled.vocab_size == V and sampled.features is None
     greedy = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1,
                            mode=DraftMode.GREEDY).hello()
@@ -157,6 +159,32 @@ def test_greedy_mode_sends_argmax_as_point_mass(draft_model: HFDraftModel) -> No
             nxt = int(draft_model.model(torch.tensor([seq])).logits[0, -1].argmax())
             assert it.tokens[k] == nxt
             seq.append(nxt)
+
+
+def test_a_sampled_engine_drafts_argmax_for_the_items_that_ask(draft_model) -> None:
+    """One round, two requests asking greedy drafts beside two asking sampled ones: the
+    greedy ones get a GREEDY engine's drafts (POINT_MASS), the sampled ones what they get in
+    a round without the greedy ones (one batch per mode)."""
+    params = [RequestParams(1.0, 0, 1.0, 11 + r) for r in range(4)]
+    hists = [[1, 20 + r, 30, 40 + r] for r in range(4)]
+
+    def items(ids, greedy=()):
+        return tuple(replace(_item(r, hists[r], 4, 3, params[r]), greedy=r in greedy)
+                     for r in ids)
+
+    mixed = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1)
+    got = {it.request_id: it for it in mixed.handle(Propose(0, items(range(4), {0, 2}))).items}
+    greedy = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1,
+                           mode=DraftMode.GREEDY).handle(Propose(0, items((0, 2)))).items
+    sampled = DrafterEngine(draft_model, tokenizer_fingerprint=FP, wire_version=1).handle(
+        Propose(0, items((1, 3)))).items
+    for it in greedy:
+        assert got[it.request_id].kind == QKind.POINT_MASS
+        assert torch.equal(got[it.request_id].tokens, it.tokens)
+    for it in sampled:
+        assert got[it.request_id].kind == it.kind != QKind.POINT_MASS
+        assert torch.equal(got[it.request_id].tokens, it.tokens)
+        assert torch.equal(got[it.request_id].q_logp, it.q_logp)
 
 
 def test_top_k_wider_than_the_wire_support_limit_goes_dense() -> None:

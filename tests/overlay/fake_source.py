@@ -25,6 +25,7 @@ class FakeSource:
     exception), 'garbage' / 'wide' (answers that break the contract)."""
 
     features = None
+    hello = None  # no HELLO: greedy items are not asked of it
 
     def __init__(self, script):
         self.script, self.batches, self.released = list(script), [], []

@@ -66,8 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "server listens, else 503), P in 0..65535 (0 picks a free port; "
                        "default off)")
     serve.add_argument("--mode", choices=("sampled", "greedy"), default="sampled",
-                       help="sampled: drafts d ~ q with q on the wire (default); greedy: "
-                       "argmax drafts declared as point masses")
+                       help="sampled: drafts d ~ q with q on the wire, and argmax drafts "
+                       "for the requests the target asks them for (default); greedy: only "
+                       "argmax drafts, declared as point masses")
     serve.add_argument("--draft-top-k", type=int, default=0, metavar="N",
                        help="truncate every draft law to its N most likely tokens, "
                        f"0..{MAX_DRAFT_TOP_K} (0 = off)")

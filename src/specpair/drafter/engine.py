@@ -32,7 +32,9 @@ model's or past ``max_history``, bad ids, params outside the domain of
 ``specpair.sampling.check_params_domain``, missing features) get REFUSED, each on
 its own. The OK items of a round are drafted together with
 ``specpair.draft.propose`` (DRAFT stream, absolute positions, each request's
-params and seed) at the round's largest K; each request gets its own first K
+params and seed) at the round's largest K, one batch per drafting mode: the
+engine's own, and for a SAMPLED engine GREEDY (argmax drafts, POINT_MASS q) for
+the items that ask for it (``ProposeItem.greedy``); each request gets its own first K
 drafts (noise is keyed by position, so a draft does not depend on how many
 follow it, nor on which requests share its batch). If drafting the batch
 raises, each item is drafted alone and only the ones that still fail are
@@ -122,8 +124,9 @@ class DrafterEngine:
         self._hello = Hello(
             version=wire_version, mode=mode, vocab_size=v,
             tokenizer_fingerprint=bytes(tokenizer_fingerprint),
+            # a SAMPLED drafter drafts greedily for the items that ask (ProposeItem.greedy)
             q_encodings=(QKind.POINT_MASS,) if mode == DraftMode.GREEDY
-            else (QKind.SPARSE, QKind.DENSE),
+            else (QKind.SPARSE, QKind.DENSE, QKind.POINT_MASS),
             max_depth=max_depth, max_support=support, features=model.feature_spec)
         self._states: OrderedDict[int, _State] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
@@ -293,9 +296,22 @@ class DrafterEngine:
 
     def _draft_isolated(self, ok: list[tuple[ProposeItem, _State]],
                         statuses: dict[int, ItemStatus]) -> dict[int, DraftItem]:
-        """``_draft(ok)``; if it raises, each item alone, and REFUSED for those that fail."""
+        """``_draft`` of the items drafted in each mode (one batch per mode); if a batch
+        raises, each of its items alone, and REFUSED for those that fail."""
+        out: dict[int, DraftItem] = {}
+        for mode in (DraftMode.SAMPLED, DraftMode.GREEDY):
+            batch = [pair for pair in ok if self._mode(pair[0]) == mode]
+            if batch:
+                out.update(self._draft_batch(batch, mode, statuses))
+        return out
+
+    def _mode(self, item: ProposeItem) -> DraftMode:
+        return DraftMode.GREEDY if item.greedy else self.mode
+
+    def _draft_batch(self, ok: list[tuple[ProposeItem, _State]], mode: DraftMode,
+                     statuses: dict[int, ItemStatus]) -> dict[int, DraftItem]:
         try:
-            return self._draft(ok)
+            return self._draft(ok, mode)
         except Exception:
             if len(ok) == 1:
                 return self._failed(ok[0][0], statuses)
@@ -303,7 +319,7 @@ class DrafterEngine:
         out: dict[int, DraftItem] = {}
         for pair in ok:
             try:
-                out.update(self._draft([pair]))
+                out.update(self._draft([pair], mode))
             except Exception:
                 out.update(self._failed(pair[0], statuses))
         return out
@@ -315,7 +331,8 @@ class DrafterEngine:
         self._states.pop(item.request_id, None)
         return {}
 
-    def _draft(self, ok: list[tuple[ProposeItem, _State]]) -> dict[int, DraftItem]:
+    def _draft(self, ok: list[tuple[ProposeItem, _State]],
+               mode: DraftMode) -> dict[int, DraftItem]:
         rows = []
         for _, st in ok:
             c = st.cached
@@ -331,7 +348,7 @@ class DrafterEngine:
         depth = max(it.depth for it, _ in ok)
         session, first = self.model.begin(rows)
         prop = propose(first, lambda d, _k: session.step(d), params, position, depth,
-                       self.mode, self.draft_top_k)
+                       mode, self.draft_top_k)
         caches = session.finish()
         out = {}
         for b, (it, st) in enumerate(ok):

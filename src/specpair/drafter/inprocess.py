@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specpair.drafter.engine import DrafterEngine
-from specpair.wire.frames import DraftItem, FeatureSpec, Propose, ProposeItem
+from specpair.wire.frames import DraftItem, FeatureSpec, Hello, Propose, ProposeItem
 from specpair.wire.source import Missing, answers
 
 __all__ = ["InProcessSource"]
@@ -22,7 +22,8 @@ class InProcessSource:
 
     def __init__(self, engine: DrafterEngine) -> None:
         self.engine = engine  # serves the rounds
-        self.features: FeatureSpec | None = engine.hello().features  # what the engine needs
+        self.hello: Hello = engine.hello()  # what the engine declares
+        self.features: FeatureSpec | None = self.hello.features  # what the engine needs
         self._round = 0  # last round id
 
     def ensure_connected(self, timeout_s: float) -> int:
@@ -34,7 +35,7 @@ class InProcessSource:
             return []
         self._round += 1
         frame = self.engine.handle(Propose(self._round, tuple(items)))
-        return answers(items, frame.items, self.engine.hello())
+        return answers(items, frame.items, self.hello)
 
     def release(self, request_ids: Sequence[int]) -> None:
         self.engine.release(request_ids)

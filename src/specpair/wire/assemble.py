@@ -15,9 +15,9 @@ __all__ = ["to_proposal"]
 
 def to_proposal(drafts: Sequence[Drafts | None], depth: int, vocab_size: int) -> Proposal:
     """One Proposal over the round: ``present[b]`` is False where ``drafts[b]`` is None (its
-    q is missing). Rows are widened to DENSE (``specpair.qlaw.widen``) unless every row is
-    POINT_MASS; missing rows hold token 0 with q the point mass at 0 (never used: they are
-    not present)."""
+    q is missing). Rows are widened to DENSE (``specpair.qlaw.widen``; a POINT_MASS row beside
+    sampled ones to its one-hot law) unless every row is POINT_MASS; missing rows hold token 0
+    with q the point mass at 0 (never used: they are not present)."""
     b = len(drafts)
     present = torch.tensor([d is not None for d in drafts], dtype=torch.bool)
     rows = [(i, d) for i, d in enumerate(drafts) if d is not None]
@@ -29,8 +29,6 @@ def to_proposal(drafts: Sequence[Drafts | None], depth: int, vocab_size: int) ->
     kinds = {d.kind for _, d in rows}
     if kinds == {QKind.POINT_MASS}:
         return Proposal(tokens, QKind.POINT_MASS, None, None, present)
-    if QKind.POINT_MASS in kinds:
-        raise BadShape("POINT_MASS rows cannot share a batch with SPARSE or DENSE rows")
     logp = torch.full((b, depth, vocab_size), float("-inf"))
     logp[:, :, 0] = 0.0  # missing rows: the point mass at token 0
     for i, d in rows:

@@ -54,7 +54,7 @@ class Hello:
     """Drafter -> target, once per connection after authentication: capabilities."""
 
     version: int  # wire format version the drafter speaks
-    mode: DraftMode  # SAMPLED (q travels) or GREEDY (POINT_MASS only)
+    mode: DraftMode  # SAMPLED (q travels; POINT_MASS too if declared) or GREEDY (POINT_MASS only)
     vocab_size: int  # V; every token id on the wire is < V
     tokenizer_fingerprint: bytes  # 32-byte sha256 over the drafter's tokenizer files
     q_encodings: tuple[QKind, ...]  # encodings the drafter may send
@@ -84,6 +84,9 @@ class ProposeItem:
     depth: int  # K, drafts wanted
     params: RequestParams  # sampling params of the request
     features: torch.Tensor | None  # [n, width] target hidden states for new_tokens, or None
+    # argmax drafts, q the POINT_MASS, for this item (only to a drafter that declared
+    # POINT_MASS); False: drafts by the drafter's own mode
+    greedy: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class DraftSource(Protocol):
     """A drafter as the target-side session sees it (one caller thread at a time)."""
 
     features: FeatureSpec | None  # context features every item must carry (None: none)
+    hello: Hello | None  # the drafter's HELLO on the current connection (None: none yet)
 
     def ensure_connected(self, timeout_s: float) -> int | None:
         """Connect if needed, within ``timeout_s``, without raising: the connection epoch,
@@ -68,7 +69,9 @@ class DraftSource(Protocol):
 def answers(batch: Sequence[ProposeItem], got: Sequence[DraftItem],
             hello: Hello) -> list[DraftItem | Missing]:
     """Match a PROPOSAL's items to the round's ``batch``: per item its OK DraftItem, or a
-    Missing for no item / a depth other than asked (MISMATCH), RESYNC or REFUSED."""
+    Missing for no item / a depth or mode other than asked (MISMATCH), RESYNC, REFUSED, or
+    POINT_MASS q for an item that did not ask for greedy drafts from a SAMPLED drafter
+    (INVALID)."""
     by_id = {d.request_id: d for d in got}
     out: list[DraftItem | Missing] = []
     for it in batch:
@@ -79,8 +82,11 @@ def answers(batch: Sequence[ProposeItem], got: Sequence[DraftItem],
             out.append(Missing(MissingReason.RESYNC))
         elif d.status == ItemStatus.REFUSED:
             out.append(Missing(MissingReason.REFUSED))
-        elif d.kind == QKind.POINT_MASS and hello.mode != DraftMode.GREEDY:
-            out.append(Missing(MissingReason.INVALID))  # the wire decoder refuses it already
+        elif d.kind == QKind.POINT_MASS and not (it.greedy or hello.mode == DraftMode.GREEDY):
+            # a sampled draft verified as the point mass would bias the output
+            out.append(Missing(MissingReason.INVALID))
+        elif it.greedy and d.status == ItemStatus.OK and d.kind != QKind.POINT_MASS:
+            out.append(Missing(MissingReason.MISMATCH))  # not the argmax drafts asked for
         else:
             out.append(d)
     return out

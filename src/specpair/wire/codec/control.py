@@ -106,8 +106,9 @@ def _check_hello(h: Hello, limits: Limits) -> None:
         raise BadHello("HELLO lists a q encoding twice")
     if h.mode == DraftMode.GREEDY and enc != {QKind.POINT_MASS}:
         raise BadHello("a GREEDY drafter declares exactly {POINT_MASS}")
-    if h.mode == DraftMode.SAMPLED and (not enc or QKind.POINT_MASS in enc):
-        raise BadHello("a SAMPLED drafter declares SPARSE and/or DENSE, never POINT_MASS")
+    if h.mode == DraftMode.SAMPLED and not enc - {QKind.POINT_MASS}:
+        raise BadHello("a SAMPLED drafter declares SPARSE and/or DENSE (and POINT_MASS when "
+                       "it drafts greedily for the items that ask)")
     if h.features is not None and not 1 <= h.features.width <= limits.feature_width:
         raise FeatureLimit(f"HELLO feature width {h.features.width} outside "
                            f"1..{limits.feature_width}")

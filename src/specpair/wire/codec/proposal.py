@@ -8,7 +8,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from specpair.draft import DraftMode
 from specpair.proposal import QKind
 from specpair.wire.codec import _sparse
 from specpair.wire.codec.body import (
@@ -242,8 +241,7 @@ def _decode_item(buf, off: int, end: int, hello: Hello,
     cap = caps[0]
     if not 1 <= k <= cap:
         raise DepthLimit(f"request {rid}: depth {k} outside 1..{cap}")
-    if kind not in hello.q_encodings or (kind == QKind.POINT_MASS
-                                         and hello.mode != DraftMode.GREEDY):
+    if kind not in hello.q_encodings:  # POINT_MASS to an item that did not ask: source.answers
         raise UndeclaredEncoding(f"request {rid}: q encoding {kind.name} was not declared "
                                  f"by a {hello.mode.name} drafter")
     v = hello.vocab_size

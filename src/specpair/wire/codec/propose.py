@@ -8,6 +8,8 @@ import struct
 import numpy as np
 import torch
 
+from specpair.draft import DraftMode
+from specpair.proposal import QKind
 from specpair.wire.codec.body import append_block, decode_round, encode_round, view
 from specpair.wire.codec.header import DTYPE_CODES, Limits, check_u64, dtype_code
 from specpair.wire.codec.qcheck import check_tokens
@@ -19,19 +21,21 @@ from specpair.wire.errors import (
     DuplicateRequest,
     FeatureLimit,
     FeatureMismatch,
-    NonZeroReserved,
     TokenLimit,
     TokenOutOfRange,
     TrailingBytes,
     Truncated,
+    UndeclaredEncoding,
+    UnknownCode,
 )
 from specpair.wire.frames import Hello, Propose, ProposeItem, RequestParams
 
 __all__ = ["encode_propose", "decode_propose", "check_params", "check_counts"]
 
-# request_id, position, n_new, num_accepted, depth, feature_dtype, reserved, feature_width,
+# request_id, position, n_new, num_accepted, depth, feature_dtype, draft_mode, feature_width,
 # temperature, top_p, top_k, seed
 _ITEM = struct.Struct("<QQIIHBBIffqq")
+_GREEDY = int(DraftMode.GREEDY)  # draft_mode: 0 = the drafter's own mode
 _I32 = np.dtype("<i4")
 _I64_MAX = (1 << 63) - 1
 _F32_MAX = 3.4028234663852886e38
@@ -94,8 +98,9 @@ def _encode_item(it: ProposeItem, parts: list[bytes], limits: Limits) -> None:
             raw = raw.view(torch.int16)
         feats = raw.numpy().tobytes()
     p = it.params
-    parts.append(_ITEM.pack(it.request_id, it.position, n, it.num_accepted, it.depth, code, 0,
-                            width, p.temperature, p.top_p, p.top_k, p.seed))
+    parts.append(_ITEM.pack(it.request_id, it.position, n, it.num_accepted, it.depth, code,
+                            _GREEDY if it.greedy else 0, width, p.temperature, p.top_p,
+                            p.top_k, p.seed))
     append_block(parts, a32.tobytes())
     if feats is not None:
         append_block(parts, feats)
@@ -124,11 +129,14 @@ def decode_propose(buf, end: int, hello: Hello, limits: Limits) -> Propose:
 def _decode_item(buf, off: int, end: int, hello: Hello, limits: Limits) -> tuple[ProposeItem, int]:
     if off + _ITEM.size > end:
         raise Truncated("PROPOSE item header is cut short")
-    (rid, pos, n, acc, depth, code, reserved, width,
+    (rid, pos, n, acc, depth, code, mode, width,
      temp, top_p, top_k, seed) = _ITEM.unpack_from(buf, off)
     off += _ITEM.size
-    if reserved:
-        raise NonZeroReserved(f"request {rid}: reserved item field is not zero")
+    if mode not in (0, _GREEDY):
+        raise UnknownCode(f"request {rid}: unknown draft mode code {mode}")
+    if mode and QKind.POINT_MASS not in hello.q_encodings:
+        raise UndeclaredEncoding(f"request {rid} asks for greedy drafts; this drafter did not "
+                                 "declare POINT_MASS")
     check_counts(rid, n, pos, depth, acc, limits, min(limits.depth, hello.max_depth))
     params = RequestParams(temperature=temp, top_k=top_k, top_p=top_p, seed=seed)
     check_params(rid, params)
@@ -155,5 +163,5 @@ def _decode_item(buf, off: int, end: int, hello: Hello, limits: Limits) -> tuple
             feats = feats.view(torch.bfloat16)
     item = ProposeItem(request_id=rid, new_tokens=torch.from_numpy(toks.astype(np.int64)),
                        num_accepted=acc, position=pos, depth=depth, params=params,
-                       features=feats)
+                       features=feats, greedy=mode == _GREEDY)
     return item, off
