@@ -13,9 +13,10 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 
 SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
 control's power must not depend on the policy stopping drafts it sees fail). One more run,
-SCHED, pins it to the schedule k = 3, 0, 1, 2 by round of each request
-(``SPECPAIR_DEPTH_POLICY=schedule:3,0,1,2``), so every request's depth changes mid-request,
-and compares generated-token indices 1..7 of SCHED_TOKENS-token samples with REF the
+SCHED, pins it to the schedule k = 3, 0, 2, 1 by round of each request, the third round's
+drafts argmax ones (POINT_MASS q) from the sampled drafter
+(``SPECPAIR_DEPTH_POLICY=schedule:3,0,2g,1``), so every request's depth and drafting mode
+change mid-request, and compares generated-token indices 1..7 of SCHED_TOKENS-token samples with REF the
 same way (Bonferroni over 7): the verifier stays exact for any depth chosen from earlier
 rounds only (docs/performance.md, "Adaptive policy"). ``-k depth_changing`` runs REF and
 SCHED alone (two engine starts).
@@ -61,7 +62,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27], 
 GREEDY_TOKENS = 24
 REF_SEEDS = 1_000_000  # REF's seeds are disjoint from SPEC's: independent samples
 ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
-SCHEDULE = "schedule:3,0,1,2"  # SCHED's depth by round of each request
+SCHEDULE = "schedule:3,0,2g,1"  # SCHED's depth (and g: greedy drafts) by round of each request
 SCHED_TOKENS = 8  # about four rounds of each request
 SCHED_INDICES = tuple(range(1, SCHED_TOKENS))
 SCHED_SEEDS = 2_000_000  # disjoint from REF's and SPEC's
@@ -168,13 +169,16 @@ def test_sampled_output_law_with_the_depth_changing_mid_request(ref, sched):
     chosen = sched["chosen_depths"]
     print(f"chosen depths by k: {chosen}")
     assert all(chosen[k] > 0 for k in (0, 1, 2, 3))  # every depth of the schedule ran ...
-    assert sum(chosen) >= 3 * N_SPEC  # ... and each request ran rounds at 3, 0 and 1 at least
+    assert sum(chosen) >= 3 * N_SPEC  # ... and each request ran rounds at 3, 0 and 2 at least
     checks = _checks(sched["samples"], ref["samples"], SCHED_INDICES)
     for i, c in zip(SCHED_INDICES, checks, strict=True):
         print(f"schedule, index {i}: chi2 {c.statistic:.1f} df {c.df} "
               f"threshold {c.threshold:.1f}")
     assert all(c.passed for c in checks), checks
     assert sched["counters"]["drafted"] > 0
+    by_mode = sched["counters"]["draft_tokens_by"]
+    print(f"draft tokens by mode and position: {by_mode}")
+    assert sum(by_mode["greedy"]) > 0 and sum(by_mode["sampled"]) > 0  # both modes ran
 
 
 def test_power_control_without_the_expand_fix_fails(runs):

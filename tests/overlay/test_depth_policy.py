@@ -61,8 +61,8 @@ def test_it_picks_the_k_maximizing_expected_tokens_per_second():
     p.begin({"r"})
     p.observe("r", 1)
     r = p._reqs["r"]
-    r.counts.tested[:] = [1000.0] * K
-    r.counts.accepted[:] = [900.0] * K
+    r.counts[False].tested[:] = [1000.0] * K
+    r.counts[False].accepted[:] = [900.0] * K
     accept = p.acceptance("r")
     assert accept == pytest.approx([0.9] * K, abs=0.01)
     rates = [expected_tokens(accept, k) / (1.0 + 0.2 * k) for k in range(K + 1)]
@@ -91,8 +91,8 @@ def test_a_batch_drafts_one_depth_for_the_sum_of_its_requests_tokens():
         p.fit.add(k, 1.0 + 0.2 * k)  # the step of this batch size
     for rid, acc in (("easy", 900.0), ("hard", 0.0)):
         p.observe(rid, 1)
-        p._reqs[rid].counts.tested[:] = [1000.0] * K
-        p._reqs[rid].counts.accepted[:] = [acc] * K
+        p._reqs[rid].counts[False].tested[:] = [1000.0] * K
+        p._reqs[rid].counts[False].accepted[:] = [acc] * K
     easy = [0.9] * K
     rates = [(expected_tokens(easy, d) + 1) / (1.0 + 0.2 * d) for d in range(K + 1)]
     assert p.best(["easy", "hard"]) == max(range(K + 1), key=rates.__getitem__) > 0
@@ -384,3 +384,70 @@ def test_finished_requests_are_forgotten_and_the_chosen_depths_are_exported():
     m.publish(NoSession(), p)  # exported once, not twice
     assert [reg.get_sample_value("specpair_chosen_depth_total", {"depth": str(k)})
             for k in range(K + 1)] == [2.0, 0.0, 2.0, 0.0, 0.0]
+
+
+def test_a_g_after_a_depth_asks_for_greedy_drafts():
+    assert parse_setting("fixed:3g", K) == PolicySetting("fixed", 3, greedy=(True,))
+    s = parse_setting("schedule:3,0,2G,1", K)
+    assert s.schedule == (3, 0, 2, 1) and s.greedy == (False, False, True, False)
+    for bad in ("fixed:3x", "schedule:g", "fixed:3,4"):
+        with pytest.raises(ValueError):
+            parse_setting(bad, K)
+
+
+@pytest.mark.parametrize("greedy_items", [True, False])
+def test_a_pinned_schedule_sets_the_mode_round_by_round(greedy_items):
+    p = DepthPolicy(K, parse_setting("schedule:3,0,2g,1g", K))
+    modes = []
+    for _ in range(8):
+        p.begin({"r"})
+        p.observe("r", 1, law=(False, False))
+        k = p.depths(greedy_items)["r"]
+        modes.append((k, p.greedy("r")))
+        p.handed("r", k)
+    g = greedy_items
+    assert modes == [(3, False), (0, False), (2, g), (1, g)] * 2
+
+
+def _mode_steps(policy, steps, a1_sampled, a1_greedy, law=(False, False), greedy_items=True):
+    """``steps`` steps of one request of ``law``, drafting whatever depth the policy picks in
+    whatever mode it picks; the first draft is accepted at the mode's rate (a fixed pattern
+    of 10), the rest never. Returns the mode (greedy?) of every step that drafted."""
+    modes, sampled = [], 1
+    for i in range(steps):
+        policy.begin({"r"})
+        policy.observe("r", sampled, law=law)
+        k = policy.depths(greedy_items)["r"]
+        g = policy.greedy("r")
+        if k:
+            modes.append(g)
+        policy.handed("r", k)
+        rate = a1_greedy if g else a1_sampled
+        sampled = 1 + (1 if k and i % 10 < 10 * rate else 0)
+    return modes
+
+
+def test_adaptive_drafts_in_the_mode_whose_first_draft_is_accepted_more():
+    modes = _mode_steps(DepthPolicy(K, PolicySetting("fixed")), 50, 0.6, 0.1)
+    assert not any(modes)  # pinned to the drafter's mode: never greedy
+    sampled_wins = _mode_steps(DepthPolicy(K), 600, 0.7, 0.1)
+    greedy_wins = _mode_steps(DepthPolicy(K), 600, 0.1, 0.7)
+    # the losing mode is tried at gaps doubling from PROBE_EVERY to PROBE_MAX adaptive steps
+    assert 3 <= sum(sampled_wins) <= 12, sum(sampled_wins)
+    assert 3 <= greedy_wins.count(False) <= 12, greedy_wins.count(False)
+    assert sum(greedy_wins[-100:]) >= 98
+
+
+def test_no_mode_choice_at_temperature_zero_or_without_a_drafter_serving_both():
+    assert not any(_mode_steps(DepthPolicy(K), 200, 0.1, 0.9, law=(True, False)))
+    assert not any(_mode_steps(DepthPolicy(K), 200, 0.1, 0.9, greedy_items=False))
+
+
+def test_each_mode_learns_from_its_own_rounds_only():
+    p = DepthPolicy(K, parse_setting("schedule:2g", K))
+    _mode_steps(p, 30, 0.0, 1.0)  # every round greedy, first drafts always accepted
+    assert p._pool((False, False), True).tested[0] == 0  # a pinned request teaches nothing
+    q = DepthPolicy(K)
+    _mode_steps(q, 300, 0.05, 0.95)
+    greedy, sampled = (q.acceptance("r", greedy=m)[0] for m in (True, False))
+    assert greedy > 0.8 and sampled < 0.5, (greedy, sampled)  # not pulled up by greedy rounds

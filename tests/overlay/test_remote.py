@@ -144,3 +144,28 @@ def test_disconnected_steps_ask_for_no_tokens():
     out = r.step([StepRequest("a", 5, torch.zeros(0, dtype=torch.int64), 1, K, PARAMS)])
     assert out == [None] and c.batches == []
     assert r.counters.missing_by_reason == {"disconnected": 1}
+
+
+def test_greedy_drafts_are_asked_only_of_a_drafter_serving_them(tiny_pair):
+    """A SAMPLED in-process drafter serves greedy items: a request asking for them gets
+    argmax drafts (POINT_MASS), the one beside it sampled ones; a source without such a
+    HELLO (the scripted one) does not, and asking it is the adapter's bug (ValueError,
+    before anything changes)."""
+    from specpair.drafter.engine import DrafterEngine
+    from specpair.drafter.model import HFDraftModel
+    from specpair.proposal import QKind
+
+    engine = DrafterEngine(HFDraftModel(tiny_pair.draft), tokenizer_fingerprint=bytes(32),
+                           wire_version=1)
+    s = DraftSession(InProcessSource(engine), engine.model.vocab_size, 5.0)
+    s.begin({"g", "s"})
+    assert s.greedy_items
+    toks = torch.tensor([1, 5, 6, 7])
+    got = s.step([StepRequest("g", 4, toks, 1, 3, PARAMS, greedy=True),
+                  StepRequest("s", 4, toks, 1, 3, PARAMS)])
+    assert [d.kind for d in got] == [QKind.POINT_MASS, QKind.DENSE]  # top-k off: DENSE
+    fake = DraftSession(FakeSource(["ok"]), V, 0.1)
+    fake.begin({"g"})
+    assert not fake.greedy_items
+    with pytest.raises(ValueError, match="greedy"):
+        fake.step([StepRequest("g", 3, torch.tensor([1, 2, 3]), 1, K, PARAMS, greedy=True)])

@@ -29,10 +29,21 @@ round took (``round_time``); docs/performance.md, "Adaptive policy". Modes
   d (1 from 0; K - 1 from K), so an engine that stopped drafting can come back and the fits
   see two depths: every ``probe_every`` adaptive steps while drafting, at gaps doubling
   up to PROBE_MAX steps while at 0.
+  The drafting mode, per request (``greedy``), where the drafter serves both
+  (``depths(greedy_items=True)``: a SAMPLED drafter that declared POINT_MASS) and the
+  request samples (at temperature 0 a sampled draft is the argmax already): argmax drafts
+  when the request's a_1 under greedy drafts is estimated above its a_1 under sampled ones
+  (both estimates as above, the engine-wide counts kept per law and mode; the round costs
+  the same either way). The mode not chosen is tried by one request of the law at gaps
+  doubling from ``probe_every`` to PROBE_MAX adaptive steps (back to ``probe_every`` when
+  the law's choice changes), so its estimate follows the drafts.
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given).
 - ``off``: never draft (every step target-only).
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
   schedule for tests and diagnosis).
+A depth written with a ``g`` (``fixed:3g``, ``schedule:3,0,2g,1``) asks for argmax drafts in
+those rounds, where the drafter serves them (else the drafter's own mode); without it, the
+drafter's own mode.
 
 One request may carry its own setting (V1: ``vllm_xargs={"specpair_depth_policy": ...}``,
 ``PIN_ARG``), any of the values above. A request pinned that way, or run by a pinned engine
@@ -44,7 +55,7 @@ engine's setting applies): one bad request never stops the others.
 
 Every choice is a function of earlier rounds only (accepted counts and step times already
 seen), never of the current round's draws: the verifier's test is exact for any proposal
-length chosen that way.
+length and drafting mode chosen that way.
 """
 
 from __future__ import annotations
@@ -82,6 +93,7 @@ class PolicySetting:
     depth: int | None = None  # fixed: K (None: the configured K)
     schedule: tuple[int, ...] = ()
     probe_every: int = PROBE_EVERY
+    greedy: tuple[bool, ...] = (False,)  # fixed: (its mode,); schedule: one per entry
 
 
 def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
@@ -89,24 +101,31 @@ def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
     mode, _, arg = text.strip().partition(":")
     mode = mode.lower() or "adaptive"
 
-    def depths(s: str) -> tuple[int, ...]:
+    def depths(s: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        words = [x.strip().lower() for x in s.split(",")]
+        greedy = tuple(w.endswith("g") for w in words)
         try:
-            ks = tuple(int(x) for x in s.split(","))
+            ks = tuple(int(w.removesuffix("g")) for w in words)
         except ValueError:
             ks = ()
         if not ks or any(not 0 <= k <= k_max for k in ks):
             raise ValueError(f"{name}={text!r}: depths must be integers in 0..{k_max} "
-                             "(the speculative config's num_speculative_tokens)")
-        return ks
+                             "(the speculative config's num_speculative_tokens), each with "
+                             "an optional g (greedy drafts)")
+        return ks, greedy
 
     if mode in ("adaptive", "off") and not arg:
         return PolicySetting(mode)
-    if mode == "fixed":
-        return PolicySetting(mode, depths(arg)[0] if arg else None)
+    if mode == "fixed" and "," not in arg:
+        if not arg:
+            return PolicySetting(mode)
+        ks, greedy = depths(arg)
+        return PolicySetting(mode, ks[0], greedy=greedy)
     if mode == "schedule" and arg:
-        return PolicySetting(mode, schedule=depths(arg))
-    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K or "
-                     "schedule:K1,K2,...")
+        ks, greedy = depths(arg)
+        return PolicySetting(mode, schedule=ks, greedy=greedy)
+    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K[g] or "
+                     "schedule:K1[g],K2[g],...")
 
 
 def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
@@ -135,11 +154,17 @@ class _Counts:
         return cls([0.0] * k_max, [0.0] * k_max)
 
 
+def _first(pool: _Counts) -> float:
+    """a_1 of a law's engine-wide counts, shrunk towards _PRIOR_A."""
+    return (pool.accepted[0] + _POOL_PRIOR * _PRIOR_A) / (pool.tested[0] + _POOL_PRIOR)
+
+
 @dataclass
 class _Req:
-    counts: _Counts
+    counts: dict[bool, _Counts]  # by drafting mode (greedy: True)
     rounds: int = 0  # depths chosen for this request
     handed: int = 0  # drafts handed to the verifier at the last step
+    greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
 
@@ -187,7 +212,11 @@ class DepthPolicy:
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
         self._reqs: dict[str, _Req] = {}
-        self._pools: dict[Hashable, _Counts] = {}  # a_1's engine-wide counts by law, decayed
+        # a_1's engine-wide counts by (law, greedy drafting mode), decayed
+        self._pools: dict[tuple[Hashable, bool], _Counts] = {}
+        # per law: (the mode its requests last chose, the gap to its next mode probe and
+        # the adaptive step of that probe)
+        self._mode_probes: dict[Hashable, tuple[bool, int, int]] = {}
         self.fit, self.round_fit = self._new_fits()
         # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
         # current bucket's
@@ -254,7 +283,7 @@ class DepthPolicy:
         at its first step."""
         r = self._reqs.get(req_id)
         if r is None:
-            r = self._reqs[req_id] = _Req(_Counts.empty(self.k_max),
+            r = self._reqs[req_id] = _Req({m: _Counts.empty(self.k_max) for m in (False, True)},
                                           setting=self._pin(req_id, pin), law=law)
             self._joined = True
         if r.handed and num_sampled > 0 and (r.setting or self.setting).mode == "adaptive":
@@ -262,26 +291,33 @@ class DepthPolicy:
         r.handed = 0
         self._step.append(req_id)
 
-    def depths(self) -> dict[str, int]:
-        """This step's depth for every request observed since ``begin``."""
+    def depths(self, greedy_items: bool = False) -> dict[str, int]:
+        """This step's depth for every request observed since ``begin``; ``greedy_items``:
+        whether the drafter drafts greedily for the requests that ask (``greedy``)."""
         out, adaptive = {}, []
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
             if s.mode == "adaptive":
-                adaptive.append(rid)
+                adaptive.append(r)
             else:
                 self._untimed = True
-                out[rid] = self._pinned(r, s)
+                out[rid] = self._pinned(r, s, greedy_items)
         if adaptive:
-            d = self._adaptive([self._reqs[rid] for rid in adaptive], max(out.values(), default=0))
-            out |= dict.fromkeys(adaptive, d)
+            self._modes(adaptive, greedy_items)
+            d = self._adaptive(adaptive, max(out.values(), default=0))
+            out |= {rid: d for rid in self._step if self._reqs[rid] in adaptive}
         for rid, k in out.items():
             self._reqs[rid].rounds += 1
             self.chosen[k] += 1
         # the step is timed against what was asked: a round that came back late still cost it
         self._last_depth = max(out.values(), default=0)
         return {rid: out[rid] for rid in self._step}
+
+    def greedy(self, req_id: str) -> bool:
+        """Whether ``req_id``'s drafts this step are to be argmax drafts (``depths`` chose)."""
+        r = self._reqs.get(req_id)
+        return r is not None and r.greedy
 
     def handed(self, req_id: str, depth: int) -> None:
         """``depth`` drafts of ``req_id`` go to the verifier this step (0: none); a request
@@ -299,11 +335,14 @@ class DepthPolicy:
         """The fitted step time with depth k: no PROPOSE round at k = 0."""
         return self.fit.time(k) + (self.round_fit.time(k) if k else 0.0)
 
-    def acceptance(self, req_id: str, law: Hashable = ()) -> list[float]:
-        """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's); of a
-        request not seen yet, the engine's for ``law``."""
+    def acceptance(self, req_id: str, law: Hashable = (), greedy: bool | None = None
+                   ) -> list[float]:
+        """The running a_1..a_K of ``req_id`` (its counts shrunk to the engine's) under its
+        chosen drafting mode (or ``greedy``'s); of a request not seen yet, the engine's for
+        ``law``."""
         r = self._reqs.get(req_id)
-        return self._acceptance(r, self._pool(r.law if r else law))
+        mode = (r.greedy if r else False) if greedy is None else greedy
+        return self._acceptance(r, mode, self._pool(r.law if r else law, mode))
 
     def best(self, req_ids: Collection[str], floor: int = 0) -> int:
         """The d in 0..K maximizing the expected tokens per second of a step in which the
@@ -311,7 +350,7 @@ class DepthPolicy:
         return self._best([self._reqs[rid] for rid in req_ids if rid in self._reqs], floor)
 
     def _best(self, reqs: list[_Req], floor: int) -> int:
-        accepts = [self._acceptance(r, self._pool(r.law)) for r in reqs]
+        accepts = [self._acceptance(r, r.greedy, self._pool(r.law, r.greedy)) for r in reqs]
         rates = [sum(expected_tokens(a, d) for a in accepts) / self.time(max(d, floor))
                  for d in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
@@ -328,23 +367,57 @@ class DepthPolicy:
             d = d + 1 if d < self.k_max else d - 1
         return d
 
-    def _pinned(self, r: _Req, s: PolicySetting) -> int:
+    def _pinned(self, r: _Req, s: PolicySetting, greedy_items: bool) -> int:
+        r.greedy = False
         if s.mode == "off":
             return 0
         if s.mode == "fixed":
+            r.greedy = greedy_items and s.greedy[0]
             return self.k_max if s.depth is None else min(s.depth, self.k_max)
-        return min(s.schedule[r.rounds % len(s.schedule)], self.k_max)  # schedule
+        i = r.rounds % len(s.schedule)  # schedule
+        r.greedy = greedy_items and s.greedy[i]
+        return min(s.schedule[i], self.k_max)
 
-    def _acceptance(self, r: _Req | None, pool: _Counts) -> list[float]:
+    def _modes(self, reqs: list[_Req], greedy_items: bool) -> None:
+        """Each adaptive request's drafting mode this step: the one with the larger
+        estimated a_1, and for one request of a law whose mode probe is due, the other."""
+        probed = set()
+        for r in reqs:
+            if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
+                r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
+                continue
+            a = {m: self._acceptance(r, m, self._pool(r.law, m))[0] for m in (False, True)}
+            r.greedy = a[True] > a[False]
+            if r.law not in probed and self._mode_probe_due(r.law):
+                probed.add(r.law)
+                r.greedy = not r.greedy
+
+    def _mode_probe_due(self, law: Hashable) -> bool:
+        """Whether the law's mode probe is due at this step (its gap doubles per probe while
+        the law's choice, on its engine-wide counts, stays the same)."""
+        every = self.setting.probe_every
+        choice = _first(self._pool(law, True)) > _first(self._pool(law, False))
+        last, gap, due = self._mode_probes.get(law, (choice, every, self._steps + every))
+        if choice != last:
+            gap, due = every, self._steps + every
+        hit = self._steps >= due
+        if hit:
+            gap = min(2 * gap, PROBE_MAX)
+            due = self._steps + gap
+        self._mode_probes[law] = (choice, gap, due)
+        return hit
+
+    def _acceptance(self, r: _Req | None, greedy: bool, pool: _Counts) -> list[float]:
         """Each position's own counts shrunk towards its prior: a_1's, the law's engine-wide
         estimate; a deeper one's, _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
         position j is tested only where drafts 1..j-1 were accepted, so those counts come
         from the requests that reach it most (greedy prose: a_1 ~ 1, a_2 ~ 0.05), not from
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
-        first = (pool.accepted[0] + _POOL_PRIOR * _PRIOR_A) / (pool.tested[0] + _POOL_PRIOR)
+        first = _first(pool)
         out = []
+        own = r.counts[greedy] if r else None
         for j in range(self.k_max):
-            t, a = (r.counts.tested[j], r.counts.accepted[j]) if r else (0.0, 0.0)
+            t, a = (own.tested[j], own.accepted[j]) if own else (0.0, 0.0)
             out.append((a + _PRIOR_ROUNDS * (first if j == 0 else _PRIOR_A))
                        / (t + _PRIOR_ROUNDS))
         return out
@@ -358,15 +431,16 @@ class DepthPolicy:
             log.warning("request %s: %s; ignored, the engine's %s applies", req_id, exc, ENV)
             return None
 
-    def _pool(self, law: Hashable) -> _Counts:
-        if law not in self._pools:
-            self._pools[law] = _Counts.empty(1)
-        return self._pools[law]
+    def _pool(self, law: Hashable, greedy: bool = False) -> _Counts:
+        key = (law, greedy)
+        if key not in self._pools:
+            self._pools[key] = _Counts.empty(1)
+        return self._pools[key]
 
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
         """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
         j <= accepted."""
-        for c in (r.counts, self._pool(r.law)):  # older rounds fade: the law drifts
+        for c in (r.counts[r.greedy], self._pool(r.law, r.greedy)):  # older rounds fade
             c.tested[:] = [_DECAY * t for t in c.tested]
             c.accepted[:] = [_DECAY * a for a in c.accepted]
             for j in range(min(accepted + 1, handed, len(c.tested))):

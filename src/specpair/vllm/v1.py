@@ -177,13 +177,14 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
             law = sampling_law(params.temperature, params.top_k, params.top_p)
             proposer.policy.observe(req_id, sampled, pin, law)
         reqs.append((req_id, int(batch.num_tokens_no_spec[i]), sampled, params))
-    depths = proposer.policy.depths()
+    depths = proposer.policy.depths(session.greedy_items)
     steps = []
     for i, (req_id, n, sampled, params) in enumerate(reqs):
         depth = min(depths.get(req_id, 0), max(0, proposer.max_model_len - n - 1))
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
-        steps.append(StepRequest(req_id, n, tokens, sampled, depth, params))
+        steps.append(StepRequest(req_id, n, tokens, sampled, depth, params,
+                                 greedy=bool(depth) and proposer.policy.greedy(req_id)))
     drafts = session.step(steps)
     for s, d in zip(steps, drafts, strict=True):
         proposer.policy.handed(s.req_id, 0 if d is None else d.depth)

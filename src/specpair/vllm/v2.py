@@ -185,7 +185,7 @@ class RemoteSpeculator(LazyRemote):
         for i, req_id in enumerate(req_ids):
             if sampled[i]:  # V2 shows no top-k / top-p: the law is greedy or sampled
                 self.policy.observe(req_id, int(sampled[i]), law=sampling_law(float(temps[i])))
-        chosen = self.policy.depths()
+        chosen = self.policy.depths(session.greedy_items)
         steps = []
         for i, req_id in enumerate(req_ids):
             n = int(total[i])
@@ -202,7 +202,8 @@ class RemoteSpeculator(LazyRemote):
                 # the states that predicted this step's committed tokens (EAGLE convention)
                 committed = qs[i + 1] - qs[i] - int(rejected[i])
                 feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
-            steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats))
+            steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats,
+                                     greedy=bool(k) and self.policy.greedy(req_id)))
         drafts = session.step(steps)
         for s, d in zip(steps, drafts, strict=True):
             self.policy.handed(s.req_id, 0 if d is None else d.depth)

@@ -37,6 +37,12 @@ Acceptance comes from the verifier: a request's ``num_sampled`` at a step is 1 +
 drafts the target accepted of those the session handed it the step before, so every
 step first counts, per draft position and drafting mode, the drafts accepted last step.
 
+Greedy drafts: where the source is a SAMPLED drafter whose HELLO declared POINT_MASS
+(``greedy_items``), a request may ask for argmax drafts (``StepRequest.greedy``, the
+PROPOSE item's ``draft_mode``); its answer is then POINT_MASS, and POINT_MASS for a request
+that did not ask is invalid (``specpair.wire.source.answers``): a sampled draft verified as a
+point mass would bias the output.
+
 Features: when the source declares context features, the session keeps every
 request's committed feature rows (vLLM keeps no old hidden states), so a whole
 resend carries real rows; positions the adapter never had rows for are zeros.
@@ -62,6 +68,7 @@ from typing import TypeVar
 
 import torch
 
+from specpair.draft import DraftMode
 from specpair.errors import BadSamplingParams
 from specpair.proposal import QKind
 from specpair.qlaw import Drafts
@@ -100,6 +107,7 @@ class StepRequest:
     # [m, width] target states that predicted the LAST m committed tokens (m <= n), when
     # the source declares features; positions without a row are sent as zeros
     features: torch.Tensor | None = None
+    greedy: bool = False  # argmax drafts (POINT_MASS q) wanted; only when ``greedy_items``
 
 
 @dataclass
@@ -176,6 +184,14 @@ class DraftSession:
         return self._connected
 
     @property
+    def greedy_items(self) -> bool:
+        """Whether requests may ask for greedy drafts (``StepRequest.greedy``): the source is
+        a SAMPLED drafter whose HELLO declared POINT_MASS (docs/wire.md 3.2, 3.3)."""
+        h = self.source.hello
+        return (self._connected and h is not None and h.mode == DraftMode.SAMPLED
+                and QKind.POINT_MASS in h.q_encodings)
+
+    @property
     def features(self) -> FeatureSpec | None:
         """The context features adapters must hand over (None: none)."""
         return self.source.features
@@ -238,7 +254,8 @@ class DraftSession:
             accepted = max(0, min(r.drafted, sr.num_sampled - 1)) if start else 0
             asked.append((i, ProposeItem(r.wire_id, sr.new_tokens, accepted, sr.length,
                                          sr.depth, sr.params,
-                                         self._rows_from(r, start) if with_features else None)))
+                                         self._rows_from(r, start) if with_features else None,
+                                         sr.greedy)))
         if not asked:
             return out
         self.counters.rounds += 1
@@ -287,6 +304,9 @@ class DraftSession:
             starts.append(start)
             if sr.depth <= 0:
                 continue
+            if sr.greedy and not self.greedy_items:
+                raise ValueError(f"request {sr.req_id}: greedy drafts asked of a source that "
+                                 "does not serve them (greedy_items is False)")
             t = sr.new_tokens
             if t.dtype != torch.int64 or t.ndim != 1 or t.shape[0] != sr.length - start:
                 raise ValueError(f"request {sr.req_id}: new_tokens must be the "
