@@ -16,10 +16,10 @@ control's power must not depend on the policy stopping drafts it sees fail). One
 SCHED, pins it to the schedule k = 3, 0, 2, 1 by round of each request, the third round's
 drafts argmax ones (POINT_MASS q) from the sampled drafter
 (``SPECPAIR_DEPTH_POLICY=schedule:3,0,2g,1``), so every request's depth and drafting mode
-change mid-request, and compares generated-token indices 1..7 of SCHED_TOKENS-token samples with REF the
-same way (Bonferroni over 7): the verifier stays exact for any depth chosen from earlier
-rounds only (docs/performance.md, "Adaptive policy"). ``-k depth_changing`` runs REF and
-SCHED alone (two engine starts).
+change mid-request, and compares generated-token indices 1..7 of SCHED_TOKENS-token samples
+with REF the same way (Bonferroni over 7): the verifier stays exact for any depth and mode
+chosen from earlier rounds only (docs/performance.md, "Adaptive policy"). ``-k
+depth_changing`` runs REF and SCHED alone (two engine starts).
 
 Statistic (registered before the data): for the generated tokens at indices
 1, 2 and 3 of N_SPEC seeded requests on one prompt at temperature 1 — index 0

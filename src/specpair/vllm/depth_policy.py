@@ -31,12 +31,13 @@ round took (``round_time``); docs/performance.md, "Adaptive policy". Modes
   up to PROBE_MAX steps while at 0.
   The drafting mode, per request (``greedy``), where the drafter serves both
   (``depths(greedy_items=True)``: a SAMPLED drafter that declared POINT_MASS) and the
-  request samples (at temperature 0 a sampled draft is the argmax already): argmax drafts
-  when the request's a_1 under greedy drafts is estimated above its a_1 under sampled ones
-  (both estimates as above, the engine-wide counts kept per law and mode; the round costs
-  the same either way). The mode not chosen is tried by one request of the law at gaps
-  doubling from ``probe_every`` to PROBE_MAX adaptive steps (back to ``probe_every`` when
-  the law's choice changes), so its estimate follows the drafts.
+  request samples (at temperature 0 a sampled draft is the argmax already): its sampling
+  law's choice, argmax drafts once the law's greedy rounds (at least _MODE_EVIDENCE) have
+  accepted their first draft more often than its sampled rounds' estimated a_1 (the round
+  costs the same either way; the engine-wide counts are kept per law and mode, and a
+  request's own counts per mode). The mode not chosen is tried by one request of the law at
+  gaps doubling from ``probe_every`` to PROBE_MAX adaptive steps (back to ``probe_every``
+  when the law's choice changes), so its counts follow the drafts.
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given).
 - ``off``: never draft (every step target-only).
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
@@ -85,6 +86,7 @@ _REST_SLOPE, _ROUND_SLOPE = 0.0, 0.1
 _SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
 _OUTLIER = 5.0  # a step gap above this many times the fitted t(k) is an idle gap, not timed
 _MIN_FIT = 5.0  # observations before outliers are judged
+_MODE_EVIDENCE = 4.0  # a law's greedy rounds before they can win its drafting mode
 
 
 @dataclass(frozen=True)
@@ -379,24 +381,31 @@ class DepthPolicy:
         return min(s.schedule[i], self.k_max)
 
     def _modes(self, reqs: list[_Req], greedy_items: bool) -> None:
-        """Each adaptive request's drafting mode this step: the one with the larger
-        estimated a_1, and for one request of a law whose mode probe is due, the other."""
+        """Each adaptive request's drafting mode this step: its law's (``_law_mode``), and
+        for one request of a law whose mode probe is due, the other."""
         probed = set()
         for r in reqs:
             if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
                 r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
                 continue
-            a = {m: self._acceptance(r, m, self._pool(r.law, m))[0] for m in (False, True)}
-            r.greedy = a[True] > a[False]
-            if r.law not in probed and self._mode_probe_due(r.law):
+            choice = self._law_mode(r.law)
+            r.greedy = choice
+            if r.law not in probed and self._mode_probe_due(r.law, choice):
                 probed.add(r.law)
-                r.greedy = not r.greedy
+                r.greedy = not choice
 
-    def _mode_probe_due(self, law: Hashable) -> bool:
+    def _law_mode(self, law: Hashable) -> bool:
+        """Greedy drafts for the law's requests once its greedy rounds (at least
+        _MODE_EVIDENCE, decayed) accepted their first draft more often than its sampled
+        rounds' estimated a_1; sampled drafts (the drafter's own mode) until then."""
+        g = self._pool(law, True)
+        return (g.tested[0] >= _MODE_EVIDENCE
+                and g.accepted[0] / g.tested[0] > _first(self._pool(law, False)))
+
+    def _mode_probe_due(self, law: Hashable, choice: bool) -> bool:
         """Whether the law's mode probe is due at this step (its gap doubles per probe while
-        the law's choice, on its engine-wide counts, stays the same)."""
+        the law's choice stays the same)."""
         every = self.setting.probe_every
-        choice = _first(self._pool(law, True)) > _first(self._pool(law, False))
         last, gap, due = self._mode_probes.get(law, (choice, every, self._steps + every))
         if choice != last:
             gap, due = every, self._steps + every
