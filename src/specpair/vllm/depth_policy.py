@@ -216,8 +216,8 @@ class DepthPolicy:
         self._reqs: dict[str, _Req] = {}
         # a_1's engine-wide counts by (law, greedy drafting mode), decayed
         self._pools: dict[tuple[Hashable, bool], _Counts] = {}
-        # per law: (the mode its requests last chose, the gap to its next mode probe and
-        # the adaptive step of that probe)
+        # per law: (its last drafting-mode choice, the gap to its next mode probe and the
+        # adaptive step of that probe)
         self._mode_probes: dict[Hashable, tuple[bool, int, int]] = {}
         self.fit, self.round_fit = self._new_fits()
         # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
@@ -301,14 +301,15 @@ class DepthPolicy:
             r = self._reqs[rid]
             s = r.setting or self.setting
             if s.mode == "adaptive":
-                adaptive.append(r)
+                adaptive.append(rid)
             else:
                 self._untimed = True
                 out[rid] = self._pinned(r, s, greedy_items)
         if adaptive:
-            self._modes(adaptive, greedy_items)
-            d = self._adaptive(adaptive, max(out.values(), default=0))
-            out |= {rid: d for rid in self._step if self._reqs[rid] in adaptive}
+            reqs = [self._reqs[rid] for rid in adaptive]
+            self._modes(reqs, greedy_items)
+            d = self._adaptive(reqs, max(out.values(), default=0))
+            out |= dict.fromkeys(adaptive, d)
         for rid, k in out.items():
             self._reqs[rid].rounds += 1
             self.chosen[k] += 1
