@@ -65,7 +65,7 @@ def main(rounds: int = 60) -> None:
         for key, (o, n) in SPANS.items():
             _wrap(o, n, key, acc)
         m = model.HFDraftModel(DRAFT)
-        _wrap(m.model, "forward", "forward", acc)  # nn.Module.__call__ reads self.forward
+        _wrap(m, "forward", "forward", acc)  # the drafter's forward (LlamaForward or HFForward)
         _table(m, rounds, acc)
     finally:
         for o, n, f in saved.values():
