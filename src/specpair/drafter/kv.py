@@ -56,7 +56,7 @@ class KV:
         keys[:, :, n: n + t] = k
         values[:, :, n: n + t] = v
         self.lens[layer] = n + t
-        return keys[:, :, : n + t], values[:, :, : n + t]
+        return self.view(layer)
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` slots (no copy: later writes overwrite the rest)."""

@@ -184,7 +184,7 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
         start = session.needed_from(req_id, n) if depth else n
         tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
         steps.append(StepRequest(req_id, n, tokens, sampled, depth, params,
-                                 greedy=bool(depth) and proposer.policy.greedy(req_id)))
+                                 greedy=proposer.policy.greedy(req_id)))
     drafts = session.step(steps)
     for s, d in zip(steps, drafts, strict=True):
         proposer.policy.handed(s.req_id, 0 if d is None else d.depth)

@@ -203,7 +203,7 @@ class RemoteSpeculator(LazyRemote):
                 committed = qs[i + 1] - qs[i] - int(rejected[i])
                 feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
             steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats,
-                                     greedy=bool(k) and self.policy.greedy(req_id)))
+                                     greedy=self.policy.greedy(req_id)))
         drafts = session.step(steps)
         for s, d in zip(steps, drafts, strict=True):
             self.policy.handed(s.req_id, 0 if d is None else d.depth)

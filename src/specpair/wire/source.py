@@ -85,7 +85,7 @@ def answers(batch: Sequence[ProposeItem], got: Sequence[DraftItem],
         elif d.kind == QKind.POINT_MASS and not (it.greedy or hello.mode == DraftMode.GREEDY):
             # a sampled draft verified as the point mass would bias the output
             out.append(Missing(MissingReason.INVALID))
-        elif it.greedy and d.status == ItemStatus.OK and d.kind != QKind.POINT_MASS:
+        elif it.greedy and d.kind != QKind.POINT_MASS:
             out.append(Missing(MissingReason.MISMATCH))  # not the argmax drafts asked for
         else:
             out.append(d)
