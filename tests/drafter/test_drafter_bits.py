@@ -35,10 +35,11 @@ import torch
 from specpair.draft import DraftMode
 from specpair.drafter.engine import DrafterEngine
 from specpair.drafter.model import HFDraftModel
+from specpair.models import platform
 from specpair.wire.frames import Propose, ProposeItem, RequestParams
 
 DRAFT = Path(__file__).resolve().parents[2] / "models" / "trained" / "draft"
-# platform (_platform()) -> digest of the script below, one torch thread
+# platform (specpair.models.platform.host()) -> digest of the script below, one torch thread
 DIGESTS = {
     ("2.13.0+cpu", "AVX512", "AuthenticAMD", "family 26 model 2"):
         "09d68da1ff16f5a79d0370f036d74339640595344f835bdb70f1a7e9c5237ed9",
@@ -94,22 +95,8 @@ def round_digest() -> str:
     return h.hexdigest()
 
 
-def _platform() -> tuple[str, str, str, str]:
-    """(torch version, its CPU capability, CPU vendor, "family F model M") of this host."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    return (torch.__version__, torch.backends.cpu.get_cpu_capability(),
-            info.get("vendor_id", "?"), f"family {info.get('cpu family', '?')} "
-            f"model {info.get('model', '?')}")
-
-
 def test_drafted_tokens_and_q_bits_are_pinned(caplog) -> None:
-    here = _platform()
+    here = platform.host()
     if here not in DIGESTS:
         pytest.skip(f"digests recorded on {sorted(DIGESTS)}, this is {here}: fp kernels may "
                     "round differently, so bit identity is not defined across them")

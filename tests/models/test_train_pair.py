@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from specpair.cli import main
-from specpair.models import corpus
+from specpair.models import corpus, platform
 from specpair.models.tokenizer import fingerprint
 from specpair.models.train import (
     PINNED_DIR,
@@ -51,6 +51,18 @@ def test_smoke_training_is_bit_identical_twice(smoke: Path, tmp_path: Path) -> N
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     assert check_pinned(tmp_path, pair).startswith("draft/model.safetensors: sha256 ")
+
+
+def test_a_mismatch_on_another_platform_names_both(smoke: Path) -> None:
+    pair = json.loads((smoke / "pair.json").read_text())
+    assert pair["platform"] == list(platform.host())
+    other = pair | {"platform": ["2.13.0+cpu", "AVX2", "GenuineIntel", "family 6 model 1"],
+                    "sha256": pair["sha256"] | {"draft/model.safetensors": "0" * 64}}
+    line = check_pinned(smoke, other)
+    assert "pinned on 2.13.0+cpu / AVX2 / GenuineIntel / family 6 model 1, this is " in line
+    assert "\n" not in line
+    # the same platform: the mismatch alone
+    assert "pinned on" not in check_pinned(smoke, other | {"platform": pair["platform"]})
 
 
 def test_smoke_target_is_grown_from_the_draft(smoke: Path) -> None:

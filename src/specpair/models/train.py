@@ -5,9 +5,10 @@ One corpus (``specpair.models.corpus``), one byte-level BPE (``specpair.models.b
 smaller draft. Everything is fixed: the preset's numbers, the seeds, the number of torch
 threads (``TrainConfig.threads``), deterministic algorithms, and the data order (the train
 stream is cut into blocks of ``seq_len + 1`` tokens, visited in a permutation drawn per epoch
-from a generator seeded with ``seed + epoch``). The same preset on the same corpus, torch and
-thread count gives bit-identical files; ``--check`` compares them with the pinned hashes in
-``PINNED_DIR/pair.json``.
+from a generator seeded with ``seed + epoch``). The same preset on the same corpus, torch,
+thread count and CPU (``specpair.models.platform``, recorded in ``pair.json``) gives
+bit-identical files; ``--check`` compares them with the pinned hashes in
+``PINNED_DIR/pair.json`` and names both platforms when they differ.
 
 The target is grown from the trained draft (``_grown``): the two share width, heads and MLP
 width, so the target starts as the draft's embeddings, first layers and final norm, with its
@@ -43,7 +44,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specpair.models import bpe, corpus
+from specpair.models import bpe, corpus, platform
 
 __all__ = ["ModelShape", "TrainConfig", "PRESETS", "PINNED_DIR", "train_pair", "check_pinned",
            "file_hashes", "token_stream", "evaluate"]
@@ -272,7 +273,8 @@ def train_pair(out: Path, preset: str = "full", *, force: bool = False,
             _write_model(staging / "target", target, tok, cfg)
             _write_model(staging / "draft", draft, tok, cfg)
             pair = {"preset": preset, "config": dataclasses.asdict(cfg),
-                    "torch": torch.__version__, "metrics": metrics,
+                    "torch": torch.__version__, "platform": list(platform.host()),
+                    "metrics": metrics,
                     "sha256": file_hashes(staging)}
             (staging / "corpus.json").write_text(
                 json.dumps(corpus.manifest(files), indent=1) + "\n")
@@ -293,6 +295,15 @@ def check_pinned(out: Path, pinned: dict) -> str | None:
     for name, digest in sorted(pinned["sha256"].items()):
         if have.get(name) != digest:
             got = have.get(name, "missing")[:16]
-            return f"{name}: sha256 {got}..., pinned {digest[:16]}..."
+            return f"{name}: sha256 {got}..., pinned {digest[:16]}...{_platform_note(pinned)}"
     extra = sorted(set(have) - set(pinned["sha256"]))
     return f"{extra[0]}: not in the pinned pair" if extra else None
+
+
+def _platform_note(pinned: dict) -> str:
+    """Why bits may differ: the pinned pair's platform, where it is not this host's."""
+    here, there = list(platform.host()), pinned.get("platform")
+    if there is None or there == here:
+        return ""
+    return (f" (pinned on {' / '.join(there)}, this is {' / '.join(here)}: float kernels "
+            "round differently across CPUs, so the pins reproduce only on their platform)")
