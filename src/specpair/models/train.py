@@ -79,8 +79,8 @@ class TrainConfig:
 
 
 PRESETS = {
-    "full": TrainConfig(target=ModelShape(128, 20, 4, 384, steps=400, lr=3e-3),
-                        draft=ModelShape(128, 1, 4, 384, steps=400, lr=5e-3)),
+    "full": TrainConfig(target=ModelShape(128, 24, 4, 384, steps=600, lr=3e-3),
+                        draft=ModelShape(128, 1, 4, 384, steps=600, lr=5e-3)),
     # Seconds, for the determinism test: not a useful model.
     "smoke": TrainConfig(target=ModelShape(64, 3, 2, 128, steps=4, lr=3e-3),
                          draft=ModelShape(64, 1, 2, 128, steps=3, lr=3e-3),
