@@ -40,9 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stdlib is not the pinned corpus or PINNED lacks its files; 4 on bad input.")
     train.add_argument("--out", type=Path, required=True, help="output directory")
     train.add_argument("--preset", choices=sorted(PRESETS), default="full",
-                       help="full: the committed pair (about 9 minutes on a quiet 2-core box, "
-                       "30 or more on a loaded one); smoke: a seconds-long run on a few files, for "
-                       "tests (no pins, --check refused)")
+                       help="full: the committed pair (about 21 minutes on a quiet 2-core box, "
+                       "an hour or more on a loaded one); smoke: a seconds-long run on a few "
+                       "files, for tests (no pins, --check refused)")
     train.add_argument("--pinned", type=Path, default=PINNED_DIR,
                        help="directory of the pinned pair (default: the repository's "
                        "models/trained)")
