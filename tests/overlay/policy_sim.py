@@ -55,7 +55,8 @@ class Costs:
         return self.rbase + self.r_req * batch + self.r_depth * k * (1 + self.r_batch * (batch - 1))
 
 
-# the trained pair on the 2-core box (docs/performance.md, "The paired run")
+# the trained pair (its 20-layer target of 2026-12-01) on the 2-core box (docs/performance.md,
+# "The paired run")
 TRAINED = Costs(12.5, 0.4, 0.1, 3.0, 0.3, 0.6, 0.15, 15.0, 15.0)
 # the random tiny pair (issue 15's overhead-dominated regime): a 3.5 ms step, a 5 ms round
 TINY = Costs(3.0, 0.5, 0.05, 4.2, 0.3, 0.3, 0.1, 3.0, 2.0)
