@@ -13,7 +13,8 @@ V1's CPU token table from ``needed_from`` on) and writes, per request, the
 post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
 reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``) into one
 buffer reused every step (``QRows``): kept 0 off the supports, so a SPARSE q is
-scattered at its support (``specpair.qlaw.sparse_probs``) and last step's support
+scattered at its support (``specpair.qlaw.sparse_probs``), a greedy POINT_MASS q is a 1
+at each drafted token, and last step's support
 is cleared the same way; no [B, K, V] pass or tensor per step (bench/target_round.py).
 A request whose q is MISSING gets no drafts: its next step is target-only. How many
 drafts each request asks for (0..K) is the depth policy's choice
@@ -102,9 +103,10 @@ class RemoteProposer(LazyRemote):
 class QRows:
     """The one [rows, K, V] fp32 q buffer handed to V1's verifier, 0 wherever no q of the
     current step lies. SPARSE q (what drafters ship) is scattered at its support, all
-    requests of a step in one pass (``qlaw.sparse_probs``), and the flat offsets written are
-    kept, so the next step clears exactly those; DENSE / POINT_MASS rows (``qlaw.probs``) are
-    written and later cleared whole. Grown (to at most max_rows rows), never shrunk."""
+    requests of a step in one pass (``qlaw.sparse_probs``), POINT_MASS q (greedy drafts) as
+    a 1 at each drafted token, and the flat offsets written are kept, so the next step clears
+    exactly those; DENSE rows (``qlaw.probs``) are written and later cleared whole. Grown
+    (to at most max_rows rows), never shrunk."""
 
     def __init__(self, depth: int, vocab_size: int, max_rows: int) -> None:
         self.depth, self.vocab_size, self.max_rows = depth, vocab_size, max_rows
@@ -126,15 +128,23 @@ class QRows:
             self.buf[i, :k].zero_()
         self._whole = []
         groups: dict[int, list[tuple[int, qlaw.Drafts]]] = {}  # support width -> SPARSE drafts
+        points = []  # (row, drafts): POINT_MASS
         for i, d in enumerate(drafts):
             if d is None:
                 continue
             if d.kind == QKind.SPARSE:
                 groups.setdefault(d.q_ids.shape[1], []).append((i, d))
+            elif d.kind == QKind.POINT_MASS:
+                points.append((i, d))
             else:
                 qlaw.probs(d, v, out=self.buf[i, : d.depth])
                 self._whole.append((i, d.depth))
         written = []
+        if points:  # q = 1 at the drafted token: qlaw.probs' value (exp of log 1 - log 1)
+            rows = torch.cat([torch.arange(i * k_max, i * k_max + d.depth) for i, d in points])
+            offsets = rows * v + torch.cat([d.tokens for _, d in points])
+            flat.index_fill_(0, offsets, 1.0)
+            written.append(offsets)
         for group in groups.values():
             ids, q = qlaw.sparse_probs(torch.cat([d.q_logp for _, d in group]),
                                        torch.cat([d.q_ids for _, d in group]))
