@@ -1,6 +1,6 @@
 """Costs the speed model measures in this process rather than in a server: specpair's V1 q
-build per request-round (``qlaw.probs`` of K rows into a reused [K, V] buffer, as
-``specpair.vllm.v1`` does each step), for greedy drafts (point masses) and sampled drafts
+build per request-round (``specpair.vllm.v1.QRows.write`` of one request's K rows, last
+round's cleared, as V1 does each step), for greedy drafts (point masses) and sampled drafts
 (a dense law over the vocabulary, what the drafter ships without --draft-top-k)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from specpair import qlaw
 from specpair.proposal import QKind
+from specpair.vllm.v1 import QRows
 
 __all__ = ["q_build_s"]
 
@@ -26,12 +27,12 @@ def q_build_s(vocab_size: int, depth: int, repeats: int = 200) -> dict[str, floa
         tokens = torch.randint(0, vocab_size, (depth,), generator=gen)
         laws = {"greedy": qlaw.Drafts(tokens, QKind.POINT_MASS, None, None),
                 "sampled": qlaw.Drafts(tokens, QKind.DENSE, logp, None)}
-        out = torch.empty(depth, vocab_size, dtype=torch.float32)
+        rows = {m: QRows(depth, vocab_size, 1) for m in laws}
         times: dict[str, list[float]] = {m: [] for m in laws}
         for _ in range(repeats):  # the two modes alternate in one loop
             for mode, d in laws.items():
                 t = time.perf_counter()
-                qlaw.probs(d, vocab_size, out=out)
+                rows[mode].write([d])
                 times[mode].append(time.perf_counter() - t)
         return {m: statistics.median(v) for m, v in times.items()}
     finally:
