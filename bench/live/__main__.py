@@ -1,4 +1,4 @@
-"""python -m bench.live [--quick | --paired] [--reps N] [--pair DIR] [--out DIR]
+"""python -m bench.live [--quick | --paired | --versus] [--reps N] [--pair DIR] [--out DIR]
                       [--env KEY=VALUE ...] [--plan] [--report-only]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
@@ -20,7 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from bench.live.plan import PAIRED_REPS, K, Plan, full_plan, paired_plan, quick_plan
+from bench.live.plan import (
+    PAIRED_REPS,
+    K,
+    Plan,
+    full_plan,
+    paired_plan,
+    quick_plan,
+    versus_plan,
+)
 from bench.live.workloads import WORKLOADS, prompts
 from specpair.cli import Parser
 
@@ -37,6 +45,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                       help="only the adaptive engine and its fixed-K twin, "
                       f"{PAIRED_REPS} repetitions of every cell: adaptive over fixed with "
                       "bootstrap intervals (default --out build/bench/paired)")
+    mode.add_argument("--versus", action="store_true",
+                      help="target-only, vLLM draft_model and specpair greedy and sampled at "
+                      f"T = 0, {PAIRED_REPS} repetitions of every cell: specpair over "
+                      "draft_model with bootstrap intervals (default --out build/bench/versus)")
     p.add_argument("--reps", type=int, default=None, metavar="N",
                    help="repetitions per cell (1..200; default: the plan's)")
     p.add_argument("--pair", type=Path, default=None,
@@ -45,7 +57,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    "generated under OUT)")
     p.add_argument("--out", type=Path, default=None,
                    help="where live.json, live.png and the logs (live-work/) go (default "
-                   "build/bench; build/bench/paired with --paired)")
+                   "build/bench; build/bench/paired with --paired, build/bench/versus with "
+                   "--versus)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of every engine (e.g. LD_PRELOAD=...)")
     p.add_argument("--plan", action="store_true", help="print the plan and estimate; run nothing")
@@ -56,7 +69,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     if a.reps is not None and not 1 <= a.reps <= 200:
         p.error(f"--reps wants 1..200, got {a.reps}")
     if a.out is None:
-        a.out = Path("build/bench/paired" if a.paired else "build/bench")
+        a.out = Path("build/bench/paired" if a.paired else
+                     "build/bench/versus" if a.versus else "build/bench")
     for item in a.env:
         if "=" not in item or not item.split("=", 1)[0]:
             p.error(f"--env wants KEY=VALUE, got {item[:60]!r}")
@@ -73,7 +87,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
-    plan = (quick_plan if a.quick else paired_plan if a.paired else full_plan)(WORKLOADS)
+    plan = (quick_plan if a.quick else paired_plan if a.paired else
+            versus_plan if a.versus else full_plan)(WORKLOADS)
     if a.reps is not None:
         plan = dataclasses.replace(plan, reps=a.reps)
     if a.report_only:
@@ -156,7 +171,7 @@ def _report(out: Path, plan: Plan) -> int:
         return 4
     vocab = json.loads((Path(meta["pair"]) / "target" / "config.json").read_text())
     doc = document(measurements, {c.name for c in plan.run if not c.result}, meta,
-                   q_build_s(vocab["vocab_size"], K))
+                   q_build_s(vocab["vocab_size"], K), plan.versus)
     (out / "live.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(doc, out / "live.png")
     print(table(doc))

@@ -1,10 +1,12 @@
-"""The adaptive row against its fixed-K twin, paired, with intervals (`--paired`).
+"""A row against another, paired per repetition, with intervals (`--paired`, `--versus`).
 
-Within the adaptive engine every cell runs twice per repetition, adaptive and twin
-(bench.live.plan), so the ratio adaptive / twin of one repetition shares the engine, the
-prompts and the box's moment. Those per-repetition ratios still spread 10-50 % (at T = 1 the
-two runs draw different tokens, and a step's time swings with the box), so a 3 % question
-needs many repetitions and an interval, not a median of five:
+Two kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine every
+cell runs twice per repetition, adaptive and twin: bench.live.plan), and a row against another
+engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on the same
+prompts). Either way the ratio of one repetition shares the cell, the prompts and the box's
+moment. Those per-repetition ratios still spread 10-50 % (at T = 1 the two runs draw different
+tokens, and a step's time swings with the box), so a question of a few per cent needs many
+repetitions and an interval, not a median of five:
 
 - per cell: the geometric mean of its repetitions' ratios and a 95 % percentile bootstrap
   interval of it (repetitions resampled with replacement);
@@ -21,7 +23,8 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["RESAMPLES", "paired_cells", "paired_summary", "paired_table"]
+__all__ = ["RESAMPLES", "paired_cells", "paired_summary", "paired_summaries",
+           "paired_table", "twin_pairs"]
 
 RESAMPLES = 10_000
 LEVEL = 0.95
@@ -34,32 +37,39 @@ def _cell(m: dict) -> tuple:
     return tuple(m[f] for f in CELL)
 
 
-def paired_cells(measurements: list[dict]) -> list[dict]:
-    """One entry per cell of the engine that ran a twin, in first-seen order: ``workload``,
-    ``temperature``, ``top_p``, ``concurrency``, ``config`` (the engine's row), ``twin``,
-    ``ratios`` (config over twin, one per repetition that has both) and ``chosen`` (the
-    config's depth choices summed over its turns, by depth)."""
-    twin_of = {m["config"]: m["twin_of"] for m in measurements if m.get("twin_of")}
-    engines = set(twin_of.values())
+def twin_pairs(measurements: list[dict]) -> list[tuple[str, str]]:
+    """(engine row, its twin) for every engine that ran a twin, in first-seen order."""
+    return list(dict.fromkeys((m["twin_of"], m["config"]) for m in measurements
+                              if m.get("twin_of")))
+
+
+def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]]) -> list[dict]:
+    """One entry per pair (row, baseline) and cell both ran, pair by pair, cells in first-seen
+    order: ``workload``, ``temperature``, ``top_p``, ``concurrency``, ``config`` (the row),
+    ``baseline``, ``twin`` (whether the baseline is the row's twin in its own engine),
+    ``ratios`` (row over baseline, one per repetition that has both) and ``chosen`` (the
+    row's depth choices summed over its turns, by depth)."""
+    twins = set(twin_pairs(measurements))
     by: dict[tuple, dict[int, dict[str, float]]] = defaultdict(dict)
     chosen: dict[tuple, list[float]] = defaultdict(list)
+    rows = {row for row, _ in pairs}
     for m in measurements:
-        if m["config"] in engines or m["config"] in twin_of:
-            by[(_cell(m), m["rep"])][m["config"]] = m["tokens_per_s"]
-        if m["config"] in engines:
-            got = chosen[_cell(m)]
+        by[_cell(m)].setdefault(m["rep"], {})[m["config"]] = m["tokens_per_s"]
+        if m["config"] in rows:
+            got = chosen[(m["config"], _cell(m))]
             for k, n in enumerate(m["counters"].get("chosen", [])):
                 got.extend([0.0] * (k + 1 - len(got)))
                 got[k] += n
-    out: dict[tuple, dict] = {}
-    for (cell, _rep), tps in sorted(by.items(), key=lambda kv: kv[0][1]):
-        for twin, engine in twin_of.items():
-            if engine in tps and twin in tps:
-                c = out.setdefault(cell, {**dict(zip(CELL, cell, strict=True)),
-                                          "config": engine, "twin": twin, "ratios": [],
-                                          "chosen": chosen.get(cell, [])})
-                c["ratios"].append(tps[engine] / tps[twin])
-    return list(out.values())
+    out: list[dict] = []
+    for row, base in pairs:
+        for cell, reps in by.items():
+            ratios = [tps[row] / tps[base] for _, tps in sorted(reps.items())
+                      if row in tps and base in tps]
+            if ratios:
+                out.append({**dict(zip(CELL, cell, strict=True)), "config": row,
+                            "baseline": base, "twin": (row, base) in twins, "ratios": ratios,
+                            "chosen": chosen.get((row, cell), [])})
+    return out
 
 
 def _gmean(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -67,9 +77,9 @@ def _gmean(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def paired_summary(cells: list[dict], resamples: int = RESAMPLES, seed: int = 0) -> dict:
-    """live.json's ``paired``: ``cells`` (paired_cells' entries with ``reps``, ``geomean``,
-    ``median``, ``low`` and ``high``: the 95 % bootstrap interval of the geometric mean) and
-    ``all``, the same over the cells (stratified bootstrap), or None without cells."""
+    """One pair's comparison: ``cells`` (paired_cells' entries of that pair, with ``reps``,
+    ``geomean``, ``median``, ``low`` and ``high``: the 95 % bootstrap interval of the geometric
+    mean) and ``all``, the same over the cells (stratified bootstrap), or None without cells."""
     rng = np.random.default_rng(seed)
     tail = (1 - LEVEL) / 2 * 100
     out, boot_cells = [], []
@@ -98,14 +108,23 @@ def _depths(chosen: list[float]) -> str:
     return " ".join(f"{k}:{n / total:.0%}" for k, n in enumerate(chosen))
 
 
+def paired_summaries(cells: list[dict]) -> list[dict]:
+    """live.json's ``paired``: paired_summary of each pair's cells, pairs in order."""
+    pairs = list(dict.fromkeys((c["config"], c["baseline"]) for c in cells))
+    return [paired_summary([c for c in cells if (c["config"], c["baseline"]) == p])
+            for p in pairs]
+
+
 def paired_table(summary: dict) -> str:
-    """The paired comparison as text: one line per cell, then the line over all cells."""
+    """One pair's comparison as text: one line per cell, then the line over all cells."""
     cells = summary["cells"]
     if not cells:
         return ""
-    lines = [f"{cells[0]['config']} over {cells[0]['twin']} (its requests pinned to fixed:K) "
-             f"in the same engine, per repetition: geometric mean [{LEVEL:.0%} bootstrap], "
-             f"median [min-max], n, the depths {cells[0]['config']} chose"]
+    row, base = cells[0]["config"], cells[0]["baseline"]
+    where = ("(its requests pinned to fixed:K) in the same engine" if cells[0]["twin"] else
+             "(another engine, the same cell and repetition, seconds apart)")
+    lines = [f"{row} over {base} {where}, per repetition: geometric mean "
+             f"[{LEVEL:.0%} bootstrap], median [min-max], n, the depths {row} chose"]
     for c in cells:
         sampling = f"T={c['temperature']:g}" + (f" p={c['top_p']:g}" if c["top_p"] < 1 else "")
         lines.append(f"  {c['workload']:<8} {sampling:<10} c={c['concurrency']}: "

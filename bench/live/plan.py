@@ -17,6 +17,12 @@ depth policy pinned to fixed:K (``vllm_xargs``, specpair.vllm.depth_policy.PIN_A
 of its own beside the engines'. Pinned requests teach the adaptive estimates nothing, so the
 adaptive row stays the policy as shipped, and its ratio to the twin is paired within one
 engine and one repetition.
+
+A plan also names rows to compare with another engine's row the same way (``Plan.versus``):
+specpair's fixed rows over vLLM's ``draft_model`` with the same draft weights, per cell and
+repetition, with intervals (bench.live.paired). The ``versus`` plan runs only those engines
+(and target-only), at T = 0, where both draft the argmax: the like-with-like question of
+what the wire and the remote drafter cost, many repetitions.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from dataclasses import dataclass, field
 
 from specpair.vllm.depth_policy import PIN_ARG
 
-__all__ = ["K", "PAIRED_REPS", "SETTLE_S", "TWIN", "Config", "Plan", "Sampling", "configs",
-           "full_plan", "paired_plan", "quick_plan"]
+__all__ = ["K", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS", "Config", "Plan", "Sampling",
+           "configs", "full_plan", "paired_plan", "quick_plan", "versus_plan"]
 
 K = 3  # draft depth of every speculative configuration
 PAIRED_REPS = 20  # repetitions of the paired plan: enough for a few per cent (bench.live.paired)
@@ -75,6 +81,8 @@ class Config:
 
 
 TWIN = "specpair_fixed_twin"  # the adaptive engine's pinned requests (module docstring)
+# (row, baseline): specpair's fixed rows over vLLM's in-engine draft path, same draft weights
+VERSUS = (("specpair_sampled", "vllm_draft_model"), ("specpair_greedy", "vllm_draft_model"))
 REMOTE = {"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer",
           "num_speculative_tokens": K}
 
@@ -100,7 +108,7 @@ def configs(calibrate: bool) -> list[Config]:
 
 @dataclass(frozen=True)
 class Plan:
-    name: str  # "full", "QUICK" or "paired"
+    name: str  # "full", "QUICK", "paired" or "versus"
     reps: int
     max_tokens: int
     samplings: tuple[Sampling, ...]
@@ -108,6 +116,7 @@ class Plan:
     workloads: tuple[str, ...]
     calibrate: bool
     run: list[Config] = field(default_factory=list)
+    versus: tuple[tuple[str, str], ...] = ()  # (row, baseline) pairs the report compares
 
     def cells(self, rep: int) -> list[tuple[str, Sampling, int]]:
         """Every cell once, rotated by ``rep``."""
@@ -145,12 +154,13 @@ SAMPLINGS = (Sampling(0.0, 1.0), Sampling(1.0, 1.0), Sampling(1.0, 0.9))
 
 
 def full_plan(workloads: tuple[str, ...]) -> Plan:
-    return Plan("full", 5, 128, SAMPLINGS, (1, 4), workloads, True, configs(True))
+    return Plan("full", 5, 128, SAMPLINGS, (1, 4), workloads, True, configs(True), VERSUS)
 
 
 def quick_plan(workloads: tuple[str, ...]) -> Plan:
     """Fewer repetitions and tokens, no top-p setting, no draft-alone calibration."""
-    return Plan("QUICK", 2, 32, SAMPLINGS[:2], (1, 4), workloads, False, configs(False))
+    return Plan("QUICK", 2, 32, SAMPLINGS[:2], (1, 4), workloads, False, configs(False),
+                VERSUS)
 
 
 def paired_plan(workloads: tuple[str, ...]) -> Plan:
@@ -158,3 +168,11 @@ def paired_plan(workloads: tuple[str, ...]) -> Plan:
     cells: the adaptive-vs-fixed question with intervals (bench.live.paired)."""
     return Plan("paired", PAIRED_REPS, 128, SAMPLINGS, (1, 4), workloads, False,
                 [c for c in configs(False) if c.twin is not None])
+
+
+def versus_plan(workloads: tuple[str, ...]) -> Plan:
+    """Target-only, vLLM's ``draft_model`` and specpair's fixed rows at T = 0, many
+    repetitions: specpair over ``draft_model`` with intervals (bench.live.paired)."""
+    names = {"target_only"} | {n for pair in VERSUS for n in pair}
+    return Plan("versus", PAIRED_REPS, 128, SAMPLINGS[:1], (1, 4), workloads, False,
+                [c for c in configs(False) if c.name in names], VERSUS)

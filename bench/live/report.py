@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from bench.live.model import FLAG, predict
-from bench.live.paired import paired_cells, paired_summary, paired_table
+from bench.live.paired import paired_cells, paired_summaries, paired_table, twin_pairs
 from bench.live.plan import TWIN, configs
 from bench.live.rows import assemble, check_rows
 
@@ -40,11 +40,12 @@ def _order(rows: list[dict]) -> list[dict]:
 
 
 def document(measurements: list[dict], calibration_configs: set[str], meta: dict,
-             q_s: dict[str, float]) -> dict:
+             q_s: dict[str, float], versus: tuple[tuple[str, str], ...] = ()) -> dict:
     """live.json: ``rows`` (one per config x workload x temperature x top_p x concurrency,
     each with ``model``: the speed model's prediction, or None where a part is missing),
-    ``calibration`` (the draft-alone rows), ``paired`` (the adaptive row over its twin with
-    bootstrap intervals, bench.live.paired), ``meta``."""
+    ``calibration`` (the draft-alone rows), ``paired`` (a list: the adaptive row over its
+    twin, then each (row, baseline) of ``versus``, per repetition with bootstrap intervals,
+    bench.live.paired), ``meta``."""
     rows = _order(assemble(measurements))
     check_rows(rows)
     target, alone = _medians(rows, "target_only"), _medians(rows, "draft_alone")
@@ -53,7 +54,8 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     meta = {**meta, "q_build_s": q_s, "flag_above": FLAG}
     return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
             "calibration": [r for r in rows if r["config"] in calibration_configs],
-            "paired": paired_summary(paired_cells(measurements))}
+            "paired": paired_summaries(paired_cells(
+                measurements, twin_pairs(measurements) + list(versus)))}
 
 
 def _sampling(r: dict) -> str:
@@ -85,9 +87,8 @@ def table(doc: dict) -> str:
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
                      f"{gap:>6} {p99:>7}")
-    paired = paired_table(doc["paired"]) if doc.get("paired") else ""
-    if paired:
-        lines += ["", paired]
+    for summary in doc.get("paired", []):
+        lines += ["", paired_table(summary)]
     return "\n".join(lines)
 
 

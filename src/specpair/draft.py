@@ -65,12 +65,23 @@ def _sparse(eff: SamplingParams) -> bool:
     return bool((eff.truncated() | eff.greedy).all())
 
 
+def _argmax_law(eff: SamplingParams) -> bool:
+    """Whether every row is greedy without top-p: ``truncated_law`` is then the support
+    {argmax} with log q 0 ([B, 1]), and every draw from it is the argmax, whatever its
+    uniform."""
+    return bool(eff.greedy.all()) and not bool((eff.top_p < 1).any())
+
+
 def _step(logits: torch.Tensor, eff: SamplingParams, u: torch.Tensor | None, mode: DraftMode,
           sparse: bool) -> tuple[torch.Tensor, QKind, torch.Tensor | None, torch.Tensor | None]:
     """``draft_step`` with what depends only on the params (``eff``: draft_top_k applied,
-    ``sparse``) and the DRAFT uniforms ``u`` [B] computed by the caller, once per round."""
+    ``sparse``) and the DRAFT uniforms ``u`` [B] computed by the caller, once per round
+    (None where no draw needs them: GREEDY mode, or ``_argmax_law``)."""
     if mode == DraftMode.GREEDY:
         return logits.argmax(dim=-1), QKind.POINT_MASS, None, None
+    if u is None:  # _argmax_law: the same tensors as truncated_law's and the draw's
+        d = logits.argmax(dim=-1)
+        return d, QKind.SPARSE, torch.zeros((d.shape[0], 1), dtype=torch.float32), d.unsqueeze(1)
     if sparse:
         vals, ids = truncated_law(logits, eff)  # [B, S] fp32 log q, int64 ids (-1 pad)
         col = sample_from_logp(vals, u)
@@ -104,7 +115,7 @@ def propose(
     # value is the pure function of (seed, position) that draft_step would compute).
     eff = _with_draft_top_k(params, draft_top_k)
     sparse = mode != DraftMode.GREEDY and _sparse(eff)
-    u = None if mode == DraftMode.GREEDY else uniform(
+    u = None if mode == DraftMode.GREEDY or _argmax_law(eff) else uniform(
         params.seed.unsqueeze(1), position.unsqueeze(1) + torch.arange(depth), Stream.DRAFT)
     for k in range(depth):
         assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)

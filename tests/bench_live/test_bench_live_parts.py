@@ -14,8 +14,23 @@ import pytest
 from bench.live.__main__ import main as live_main
 from bench.live.client import Stream, round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
-from bench.live.paired import paired_cells, paired_summary, paired_table
-from bench.live.plan import PAIRED_REPS, TWIN, K, full_plan, paired_plan, quick_plan
+from bench.live.paired import (
+    paired_cells,
+    paired_summaries,
+    paired_summary,
+    paired_table,
+    twin_pairs,
+)
+from bench.live.plan import (
+    PAIRED_REPS,
+    TWIN,
+    VERSUS,
+    K,
+    full_plan,
+    paired_plan,
+    quick_plan,
+    versus_plan,
+)
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
@@ -88,7 +103,9 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
                    {**_m("t", rep, t * conc, conc=conc, counters={"chosen": [0, 0, 0, 9.0]}),
                     "twin_of": "a"}]
     ms.append(_m("a", 9, 50.0))  # a repetition without its twin pairs with nothing
-    cells = paired_cells(ms)
+    assert twin_pairs(ms) == [("a", "t")]
+    cells = paired_cells(ms, twin_pairs(ms))
+    assert all(c["baseline"] == "t" and c["twin"] for c in cells)
     assert [c["concurrency"] for c in cells] == [1, 4]
     assert cells[0]["ratios"] == pytest.approx([0.9, 1.1, 0.8, 1.0])
     assert cells[0]["chosen"] == [4.0, 0.0, 0.0, 12.0]  # the adaptive turns only
@@ -108,6 +125,32 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
     assert f"all 2 cells: {gm:.3f} [" in text
     assert paired_summary([]) == {"cells": [], "all": None} and paired_table(
         {"cells": [], "all": None}) == ""
+
+
+def test_a_row_over_another_engines_row_pairs_by_cell_and_repetition_and_says_so():
+    """Plan.versus: specpair's row over draft_model's in the same cell and repetition; a
+    cell only one of them ran pairs with nothing; each pair is its own summary."""
+    ms = []
+    for rep, (s, d) in enumerate([(95.0, 100.0), (102.0, 100.0), (90.0, 100.0)]):
+        ms += [_m("target_only", rep, 50.0, temp=0.0), _m("vllm_draft_model", rep, d, temp=0.0),
+               _m("specpair_sampled", rep, s, temp=0.0),
+               _m("specpair_greedy", rep, s / 2, temp=0.0)]
+    ms.append(_m("specpair_sampled", 0, 80.0, conc=4, temp=0.0))  # no draft_model turn
+    cells = paired_cells(ms, list(VERSUS))
+    assert [(c["config"], c["baseline"], c["twin"], c["concurrency"]) for c in cells] == [
+        ("specpair_sampled", "vllm_draft_model", False, 1),
+        ("specpair_greedy", "vllm_draft_model", False, 1)]
+    assert cells[0]["ratios"] == pytest.approx([0.95, 1.02, 0.90])
+    assert cells[1]["ratios"] == pytest.approx([0.475, 0.51, 0.45])
+    sums = paired_summaries(cells)
+    assert [s["cells"][0]["config"] for s in sums] == ["specpair_sampled", "specpair_greedy"]
+    doc = document(ms, set(), {"title": "t"}, {"greedy": 0.0, "sampled": 0.0}, VERSUS)
+    text = table(doc)
+    gm = (0.95 * 1.02 * 0.90) ** (1 / 3)
+    assert ("specpair_sampled over vllm_draft_model (another engine, the same cell and "
+            "repetition, seconds apart)") in text
+    assert f"code     T=0        c=1: {gm:.3f} [" in text and f"all 1 cells: {gm:.3f}" in text
+    assert "specpair_greedy over vllm_draft_model" in text
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -278,6 +321,17 @@ def test_the_paired_plan_runs_only_the_adaptive_engine_many_times():
     assert plan.measurements() == 20 * 12 * 2 + 2  # adaptive and twin, + warm-ups
 
 
+def test_the_versus_plan_runs_draft_model_and_specpairs_fixed_rows_at_t0_many_times():
+    plan = versus_plan(("code", "prose"))
+    assert [c.name for c in plan.run] == ["target_only", "vllm_draft_model", "specpair_greedy",
+                                          "specpair_sampled"]
+    assert plan.versus == VERSUS and plan.reps == PAIRED_REPS
+    assert [s.temperature for s in plan.samplings] == [0.0] and plan.concurrencies == (1, 4)
+    assert all(c.twin is None for c in plan.run)
+    assert full_plan(("code",)).versus == quick_plan(("code",)).versus == VERSUS
+    assert paired_plan(("code",)).versus == ()
+
+
 def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
     for plan in (full_plan(("code", "prose")), quick_plan(("code", "prose"))):
         by = {c.name: c for c in plan.run}
@@ -305,7 +359,8 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
     for argv, message in ((["--pair", str(tmp_path)], "no target/config.json"),
                           (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus"),
                           (["--reps", "0"], "--reps wants 1..200"),
-                          (["--quick", "--paired"], "not allowed with")):
+                          (["--quick", "--paired"], "not allowed with"),
+                          (["--paired", "--versus"], "not allowed with")):
         with pytest.raises(SystemExit) as exit_:
             live_main(argv)
         err = capsys.readouterr().err

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpair import qlaw
+from specpair import draft, qlaw, sampling
 from specpair.draft import DraftMode, draft_step, propose
 from specpair.proposal import QKind
 from specpair.sampling import SamplingParams, process_logits
@@ -70,6 +70,36 @@ def test_greedy_mode_declares_point_mass_and_drafts_argmax():
     prop = _propose(table, params, torch.tensor([0, 0]), 3, mode=DraftMode.GREEDY)
     assert prop.kind == QKind.POINT_MASS and prop.q_logp is None
     assert torch.equal(prop.tokens, table.argmax(-1).expand(2, -1))
+
+
+@pytest.mark.parametrize(("temps", "top_p", "top_k", "skips"), [
+    ([0.0, 0.0, 0.0], 1.0, 0, True), ([0.0, 0.0, 0.0], 1.0, 5, True),
+    ([0.0, 0.0, 0.0], 0.9, 0, False), ([0.0, 1.0, 0.0], 1.0, 5, False)])
+def test_a_sampled_round_of_greedy_rows_is_the_argmax_law_bit_for_bit(
+        temps, top_p, top_k, skips, monkeypatch):
+    """SAMPLED mode, every row at T = 0 without top-p: the round skips the law and the
+    uniforms (draft._argmax_law) and must give the tensors the step-by-step path gives
+    (truncated_law, then the inverse-CDF draw); with top-p or a T > 0 row it takes that
+    path itself. Logit ties included (the argmax's first index either way)."""
+    table = _table(8, 3, 300).expand(3, -1, -1).clone()
+    table[1, :, 7] = table[1, :, 9] = table[1].max() + 1  # a tie in row 1
+    params = SamplingParams(torch.tensor(temps), torch.full((3,), top_k),
+                            torch.full((3,), top_p), torch.tensor([1, 2, 3]))
+    position = torch.tensor([4, 40, 400])
+    laws = []
+    monkeypatch.setattr(draft, "truncated_law",
+                        lambda *a: laws.append(1) or sampling.truncated_law(*a))
+    prop = propose(table[:, 0], lambda d, k: table[:, k], params, position, 3)
+    assert (laws == []) == skips
+    for k in range(3):
+        d, kind, q_logp, q_ids = draft_step(table[:, k], params, position + k)
+        width = q_ids.shape[1]
+        assert kind == prop.kind == QKind.SPARSE and torch.equal(d, prop.tokens[:, k])
+        assert torch.equal(q_ids, prop.q_ids[:, k, :width])
+        assert torch.equal(q_logp, prop.q_logp[:, k, :width])
+        assert q_logp.dtype == prop.q_logp.dtype and q_ids.dtype == prop.q_ids.dtype
+        assert bool((prop.q_ids[:, k, width:] == -1).all())
+    assert prop.tokens[1, 0] == 7
 
 
 def test_drafting_is_autoregressive_and_positions_absolute():
