@@ -135,7 +135,8 @@ def test_a_row_over_another_engines_row_pairs_by_cell_and_repetition_and_says_so
         ms += [_m("target_only", rep, 50.0, temp=0.0), _m("vllm_draft_model", rep, d, temp=0.0),
                _m("specpair_sampled", rep, s, temp=0.0),
                _m("specpair_greedy", rep, s / 2, temp=0.0)]
-    ms.append(_m("specpair_sampled", 0, 80.0, conc=4, temp=0.0))  # no draft_model turn
+    ms += [_m("target_only", 0, 40.0, conc=4, temp=0.0),
+           _m("specpair_sampled", 0, 80.0, conc=4, temp=0.0)]  # no draft_model turn
     cells = paired_cells(ms, list(VERSUS))
     assert [(c["config"], c["baseline"], c["twin"], c["concurrency"]) for c in cells] == [
         ("specpair_sampled", "vllm_draft_model", False, 1),
