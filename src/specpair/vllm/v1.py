@@ -14,8 +14,8 @@ post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
 reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``) into one
 buffer reused every step (``QRows``): kept 0 off the supports, so a SPARSE q is
 scattered at its support (``specpair.qlaw.sparse_probs``), a greedy POINT_MASS q is a 1
-at each drafted token, and last step's support
-is cleared the same way; no [B, K, V] pass or tensor per step (bench/target_round.py).
+at each drafted token, and last step's offsets are cleared the same way; no [B, K, V]
+pass or tensor per step (bench/target_round.py).
 A request whose q is MISSING gets no drafts: its next step is target-only. How many
 drafts each request asks for (0..K) is the depth policy's choice
 (``specpair.vllm.depth_policy``, ``SPECPAIR_DEPTH_POLICY``, or the request's own
@@ -141,19 +141,22 @@ class QRows:
                 self._whole.append((i, d.depth))
         written = []
         if points:  # q = 1 at the drafted token: qlaw.probs' value (exp of log 1 - log 1)
-            rows = torch.cat([torch.arange(i * k_max, i * k_max + d.depth) for i, d in points])
-            offsets = rows * v + torch.cat([d.tokens for _, d in points])
+            offsets = self._rows(points) * v + torch.cat([d.tokens for _, d in points])
             flat.index_fill_(0, offsets, 1.0)
             written.append(offsets)
         for group in groups.values():
             ids, q = qlaw.sparse_probs(torch.cat([d.q_logp for _, d in group]),
                                        torch.cat([d.q_ids for _, d in group]))
-            rows = torch.cat([torch.arange(i * k_max, i * k_max + d.depth) for i, d in group])
-            offsets = (rows * v).unsqueeze(1) + ids
+            offsets = (self._rows(group) * v).unsqueeze(1) + ids
             flat.scatter_(0, offsets.view(-1), q.view(-1))
             written.append(offsets.view(-1))
         self._sparse = torch.cat(written) if written else self._sparse[:0]
         return self.buf[:n]
+
+    def _rows(self, entries: list[tuple[int, qlaw.Drafts]]) -> torch.Tensor:
+        """The [rows * K] flat row numbers of each (row, drafts)'s first depth positions."""
+        return torch.cat([torch.arange(i * self.depth, i * self.depth + d.depth)
+                          for i, d in entries])
 
 
 def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> RequestParams:
