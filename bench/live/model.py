@@ -11,7 +11,7 @@ round over the round's time. Per stream and engine step here:
         verify(n): the target's step over n query tokens (c streams, D draft tokens per
         stream-step), from the target-only rows of the same workload and sampling setting:
         verify(1) = 1 / rate(c=1), verify(4) = 4 / rate(c=4) (four streams' tokens in one
-        step), linear in n between and beyond;
+        step), linear in n between and beyond (beyond 4 never decreasing);
         draft: specpair: the drafter's own round time (its metrics), wire: specpair's
         target-side round time (PROPOSE sent to PROPOSAL decoded) minus the drafter's;
         vLLM draft_model: K steps of the draft model at the same concurrency, from the
@@ -36,9 +36,14 @@ FLAG = 0.15  # |predicted / measured - 1| above this is flagged
 
 def verify_s(n_tokens: float, rate_c1: float, rate_c4: float) -> float:
     """The target's step time over ``n_tokens`` query tokens, linear through the target-only
-    step times at 1 token (one stream) and 4 tokens (four streams)."""
+    step times at 1 token (one stream) and 4 tokens (four streams); beyond 4 tokens at that
+    slope only where it is positive: where the four-stream step measured no dearer than the
+    one-stream step (a noisy pair of medians), more tokens are not taken to cost less."""
     s1, s4 = 1.0 / rate_c1, 4.0 / rate_c4
-    return s1 + (n_tokens - 1.0) * (s4 - s1) / 3.0
+    slope = (s4 - s1) / 3.0
+    if n_tokens <= 4.0:
+        return s1 + (n_tokens - 1.0) * slope
+    return s4 + (n_tokens - 4.0) * max(0.0, slope)
 
 
 def predict(row: dict, target: dict[int, float], draft_alone: dict[int, float] | None,

@@ -177,6 +177,10 @@ def test_verify_time_is_linear_through_the_target_only_steps():
     assert verify_s(1, 200.0, 400.0) == pytest.approx(0.005)
     assert verify_s(4, 200.0, 400.0) == pytest.approx(0.010)
     assert verify_s(7, 200.0, 400.0) == pytest.approx(0.015)
+    # four streams' step measured cheaper than one stream's (2-core noise): between the two
+    # points the line, beyond four tokens no cheaper than the four-token step
+    assert verify_s(2.5, 25.0, 124.0) == pytest.approx(0.5 * (0.04 + 4 / 124))
+    assert verify_s(16, 25.0, 124.0) == pytest.approx(4 / 124)
 
 
 def _row(config, conc, tps, counters, steps, per_pos):
