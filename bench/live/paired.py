@@ -1,5 +1,8 @@
 """A row against another, paired per repetition, with intervals (`--paired`, `--versus`).
 
+What a pair compares is decode tokens/s, or accepted drafts per drafting round (specpair's
+sampled drafts over its greedy ones, at T > 0: bench.live.plan.ACCEPTANCE).
+
 Two kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine every
 cell runs twice per repetition, adaptive and twin: bench.live.plan), and a row against another
 engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on the same
@@ -23,7 +26,7 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["RESAMPLES", "paired_cells", "paired_summary", "paired_summaries",
+__all__ = ["MEASURES", "RESAMPLES", "paired_cells", "paired_summary", "paired_summaries",
            "paired_table", "twin_pairs"]
 
 RESAMPLES = 10_000
@@ -31,6 +34,8 @@ LEVEL = 0.95
 
 
 CELL = ("workload", "temperature", "top_p", "concurrency")
+# what a pair compares, as its table header names it
+MEASURES = {"tokens_per_s": "decode tokens/s", "accepted_per_round": "accepted drafts per round"}
 
 
 def _cell(m: dict) -> tuple:
@@ -43,18 +48,33 @@ def twin_pairs(measurements: list[dict]) -> list[tuple[str, str]]:
                               if m.get("twin_of")))
 
 
-def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]]) -> list[dict]:
+def _value(m: dict, measure: str) -> float | None:
+    """A measurement's ``measure``: its decode tokens/s, or its accepted drafts per drafting
+    round (None where it drafted nothing)."""
+    if measure == "tokens_per_s":
+        return m["tokens_per_s"]
+    drafts = m["counters"].get("drafts", 0.0)
+    return m["counters"].get("accepted", 0.0) / drafts if drafts else None
+
+
+def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
+                 measure: str = "tokens_per_s") -> list[dict]:
     """One entry per pair (row, baseline) and cell both ran, pair by pair, cells in first-seen
     order: ``workload``, ``temperature``, ``top_p``, ``concurrency``, ``config`` (the row),
     ``baseline``, ``twin`` (whether the baseline is the row's twin in its own engine),
-    ``ratios`` (row over baseline, one per repetition that has both) and ``chosen`` (the
-    row's depth choices summed over its turns, by depth)."""
+    ``measure`` ("tokens_per_s", or "accepted_per_round": accepted drafts per drafting
+    round), ``ratios`` (row over baseline, one per repetition that has both) and ``chosen``
+    (the row's depth choices summed over its turns, by depth)."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {sorted(MEASURES)}, got {measure!r}")
     twins = set(twin_pairs(measurements))
     by: dict[tuple, dict[int, dict[str, float]]] = defaultdict(dict)
     chosen: dict[tuple, list[float]] = defaultdict(list)
     rows = {row for row, _ in pairs}
     for m in measurements:
-        by[_cell(m)].setdefault(m["rep"], {})[m["config"]] = m["tokens_per_s"]
+        v = _value(m, measure)
+        if v is not None:
+            by[_cell(m)].setdefault(m["rep"], {})[m["config"]] = v
         if m["config"] in rows:
             got = chosen[(m["config"], _cell(m))]
             for k, n in enumerate(m["counters"].get("chosen", [])):
@@ -63,11 +83,12 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]]) -> list
     out: list[dict] = []
     for row, base in pairs:
         for cell, reps in by.items():
-            ratios = [tps[row] / tps[base] for _, tps in sorted(reps.items())
-                      if row in tps and base in tps]
+            ratios = [v[row] / v[base] for _, v in sorted(reps.items())
+                      if row in v and base in v and v[base] > 0]
             if ratios:
                 out.append({**dict(zip(CELL, cell, strict=True)), "config": row,
-                            "baseline": base, "twin": (row, base) in twins, "ratios": ratios,
+                            "baseline": base, "twin": (row, base) in twins,
+                            "measure": measure, "ratios": ratios,
                             "chosen": chosen.get((row, cell), [])})
     return out
 
@@ -110,9 +131,11 @@ def _depths(chosen: list[float]) -> str:
 
 def paired_summaries(cells: list[dict]) -> list[dict]:
     """live.json's ``paired``: paired_summary of each pair's cells, pairs in order."""
-    pairs = list(dict.fromkeys((c["config"], c["baseline"]) for c in cells))
-    return [paired_summary([c for c in cells if (c["config"], c["baseline"]) == p])
-            for p in pairs]
+    def key(c: dict) -> tuple:
+        return c["config"], c["baseline"], c["measure"]
+
+    return [paired_summary([c for c in cells if key(c) == p])
+            for p in dict.fromkeys(key(c) for c in cells)]
 
 
 def paired_table(summary: dict) -> str:
@@ -123,8 +146,9 @@ def paired_table(summary: dict) -> str:
     row, base = cells[0]["config"], cells[0]["baseline"]
     where = ("(its requests pinned to fixed:K) in the same engine" if cells[0]["twin"] else
              "(another engine, the same cell and repetition, seconds apart)")
-    lines = [f"{row} over {base} {where}, per repetition: geometric mean "
-             f"[{LEVEL:.0%} bootstrap], median [min-max], n, the depths {row} chose"]
+    lines = [f"{row} over {base} {where}, {MEASURES[cells[0]['measure']]} per repetition: "
+             f"geometric mean [{LEVEL:.0%} bootstrap], median [min-max], n, the depths {row} "
+             "chose"]
     for c in cells:
         sampling = f"T={c['temperature']:g}" + (f" p={c['top_p']:g}" if c["top_p"] < 1 else "")
         lines.append(f"  {c['workload']:<8} {sampling:<10} c={c['concurrency']}: "

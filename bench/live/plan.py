@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from specpair.vllm.depth_policy import PIN_ARG
 
-__all__ = ["K", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS", "Config", "Plan", "Sampling",
-           "configs", "full_plan", "paired_plan", "quick_plan", "versus_plan"]
+__all__ = ["ACCEPTANCE", "K", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS", "Config", "Plan",
+           "Sampling", "configs", "full_plan", "paired_plan", "quick_plan", "versus_plan"]
 
 K = 3  # draft depth of every speculative configuration
 PAIRED_REPS = 20  # repetitions of the paired plan: enough for a few per cent (bench.live.paired)
@@ -83,6 +83,9 @@ class Config:
 TWIN = "specpair_fixed_twin"  # the adaptive engine's pinned requests (module docstring)
 # (row, baseline): specpair's fixed rows over vLLM's in-engine draft path, same draft weights
 VERSUS = (("specpair_sampled", "vllm_draft_model"), ("specpair_greedy", "vllm_draft_model"))
+# (row, baseline) compared on accepted drafts per round in the T > 0 cells: sampled drafts
+# over greedy ones, live (the replay's question, docs/performance.md "Sampled vs greedy")
+ACCEPTANCE = (("specpair_sampled", "specpair_greedy"),)
 REMOTE = {"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer",
           "num_speculative_tokens": K}
 

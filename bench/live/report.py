@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.live.model import FLAG, predict
 from bench.live.paired import paired_cells, paired_summaries, paired_table, twin_pairs
-from bench.live.plan import TWIN, configs
+from bench.live.plan import ACCEPTANCE, TWIN, configs
 from bench.live.rows import assemble, check_rows
 
 __all__ = ["document", "plot", "table"]
@@ -45,7 +45,8 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     each with ``model``: the speed model's prediction, or None where a part is missing),
     ``calibration`` (the draft-alone rows), ``paired`` (a list: the adaptive row over its
     twin, then each (row, baseline) of ``versus``, per repetition with bootstrap intervals,
-    bench.live.paired), ``meta``."""
+    bench.live.paired; then, at T > 0, specpair's sampled drafts over its greedy ones in
+    accepted drafts per round, ``ACCEPTANCE``), ``meta``."""
     rows = _order(assemble(measurements))
     check_rows(rows)
     target, alone = _medians(rows, "target_only"), _medians(rows, "draft_alone")
@@ -55,7 +56,9 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
             "calibration": [r for r in rows if r["config"] in calibration_configs],
             "paired": paired_summaries(paired_cells(
-                measurements, twin_pairs(measurements) + list(versus)))}
+                measurements, twin_pairs(measurements) + list(versus)) + [
+                c for c in paired_cells(measurements, list(ACCEPTANCE), "accepted_per_round")
+                if c["temperature"] > 0])}
 
 
 def _sampling(r: dict) -> str:

@@ -22,6 +22,7 @@ from bench.live.paired import (
     twin_pairs,
 )
 from bench.live.plan import (
+    ACCEPTANCE,
     PAIRED_REPS,
     TWIN,
     VERSUS,
@@ -152,6 +153,38 @@ def test_a_row_over_another_engines_row_pairs_by_cell_and_repetition_and_says_so
             "repetition, seconds apart)") in text
     assert f"code     T=0        c=1: {gm:.3f} [" in text and f"all 1 cells: {gm:.3f}" in text
     assert "specpair_greedy over vllm_draft_model" in text
+
+
+def test_sampled_over_greedy_drafts_pairs_accepted_drafts_per_round_at_t_above_0():
+    """ACCEPTANCE: specpair_sampled's accepted drafts per round over specpair_greedy's, per
+    cell and repetition; the T = 0 cells (both draft the argmax) and a turn that drafted
+    nothing are left out; the report says what the ratio is of."""
+    def acc(config, rep, accepted, drafts, temp):
+        return _m(config, rep, 40.0, temp=temp,
+                  counters={"accepted": accepted, "drafts": drafts, "draft_tokens": 3 * drafts})
+
+    ms = []
+    for rep, (sa, ga) in enumerate([(60.0, 12.0), (66.0, 10.0), (55.0, 11.0)]):
+        ms += [_m("target_only", rep, 30.0), acc("specpair_sampled", rep, sa, 50.0, 1.0),
+               acc("specpair_greedy", rep, ga, 50.0, 1.0),
+               _m("target_only", rep, 30.0, temp=0.0),
+               acc("specpair_sampled", rep, 58.0, 50.0, 0.0),
+               acc("specpair_greedy", rep, 58.0, 50.0, 0.0)]
+    ms.append(acc("specpair_greedy", 3, 0.0, 0.0, 1.0))  # drafted nothing: no ratio
+    cells = paired_cells(ms, list(ACCEPTANCE), "accepted_per_round")
+    assert [(c["temperature"], c["measure"]) for c in cells] == [
+        (1.0, "accepted_per_round"), (0.0, "accepted_per_round")]
+    assert cells[0]["ratios"] == pytest.approx([5.0, 6.6, 5.0])
+    with pytest.raises(ValueError, match="measure"):
+        paired_cells(ms, list(ACCEPTANCE), "tokens")
+    doc = document(ms, set(), {"title": "t"}, {"greedy": 0.0, "sampled": 0.0})
+    got = [s for s in doc["paired"] if s["cells"][0]["measure"] == "accepted_per_round"]
+    assert len(got) == 1 and [c["temperature"] for c in got[0]["cells"]] == [1.0]
+    gm = (5.0 * 6.6 * 5.0) ** (1 / 3)
+    assert got[0]["all"]["geomean"] == pytest.approx(gm)
+    text = table(doc)
+    assert "specpair_sampled over specpair_greedy" in text
+    assert "accepted drafts per round per repetition" in text and f"{gm:.3f} [" in text
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
