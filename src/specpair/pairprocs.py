@@ -7,7 +7,9 @@
   its first stdout line), read within a timeout (the tests that start a drafter another way,
   e.g. in a container, read it with this too);
 - ``ApiServer``: vLLM's OpenAI API server on 127.0.0.1, with such a copy first on PYTHONPATH;
-- ``free_port()``: a port the OS has free now.
+- ``free_port()``: a port the OS has free now;
+- ``new_key_file(path)``: a fresh wire key for the pair, mode 0600 (``load_key`` refuses a
+  key its group or others may read).
 
 Both servers run this interpreter (``sys.executable``) and this checkout's ``specpair``.
 """
@@ -31,7 +33,8 @@ from specpair.overlay.apply_series import apply
 from specpair.overlay.manifest import load_manifest
 from specpair.overlay.shadow_copy import installed_site, shadow_copy
 
-__all__ = ["SRC", "ApiServer", "Drafter", "free_port", "overlaid_vllm", "read_ready"]
+__all__ = ["SRC", "ApiServer", "Drafter", "free_port", "new_key_file", "overlaid_vllm",
+           "read_ready"]
 
 SRC = Path(__file__).resolve().parents[1]  # the directory holding this ``specpair`` package
 DRAFTER_START_S = 600.0  # a drafter imports torch and transformers: minutes on a loaded box
@@ -139,6 +142,13 @@ class ApiServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
         self.log.close()
+
+
+def new_key_file(path: Path) -> Path:
+    """Write a fresh random wire key (64 hex characters) to ``path``, mode 0600; ``path``."""
+    path.write_bytes(os.urandom(32).hex().encode())
+    path.chmod(0o600)
+    return path
 
 
 def free_port() -> int:

