@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
-from specpair.pairprocs import read_ready
+from specpair.pairprocs import new_key_file, read_ready
 from specpair.proposal import Proposal
 from specpair.rng import Stream, uniform
 from specpair.sampling import SamplingParams, process_logits, sample_from_weights
@@ -118,10 +118,7 @@ class Target:
 
 @pytest.fixture(scope="module")
 def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("key") / "wire.key"
-    path.write_bytes(os.urandom(32).hex().encode())
-    path.chmod(0o600)  # load_key refuses a key its group or others may read
-    return path
+    return new_key_file(tmp_path_factory.mktemp("key") / "wire.key")
 
 
 @pytest.fixture(scope="module")

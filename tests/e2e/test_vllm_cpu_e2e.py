@@ -39,12 +39,11 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from vllm_e2e_support import NEEDS_VLLM, Drafter, new_key_file, overlaid_vllm, probe
 
 from specpair.models.tiny import make_tiny
-from vllm_checks.twosample import two_sample_chi2
+from vllm_checks.twosample import per_index
 
 pytestmark = [
     pytest.mark.slow,
@@ -134,8 +133,7 @@ def runs(setup, ref):
 
 
 def _checks(a, b, indices=INDICES):
-    a, b = np.array(a), np.array(b)
-    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(indices)) for i in indices]
+    return per_index(a, b, indices, ALPHA)
 
 
 def test_runs_used_the_overlaid_copies(runs):

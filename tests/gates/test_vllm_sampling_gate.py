@@ -27,7 +27,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specpair.models.tiny import make_tiny
@@ -36,7 +35,7 @@ from specpair.overlay.shadow_copy import shadow_copy
 from specpair.overlay.status import status
 from specpair.overlay.unified_diff import apply_file_patch, reverse
 from vllm_checks.probe import PROBE, RESULT_MARK
-from vllm_checks.twosample import two_sample_chi2
+from vllm_checks.twosample import per_index
 
 FULL = os.environ.get("SPECPAIR_GATE_SIZE", "quick") == "full"
 N = 3000 if FULL else 600
@@ -64,8 +63,7 @@ def _probe(tmp: Path, name: str, model: Path, env: dict, pythonpath: Path | None
 
 
 def _checks(a, b):
-    a, b = np.array(a), np.array(b)
-    return [two_sample_chi2(a[:, i], b[:, i], ALPHA / len(INDICES)) for i in INDICES]
+    return per_index(a, b, INDICES, ALPHA)
 
 
 @pytest.mark.gate

@@ -24,7 +24,7 @@ import torch
 from specpair.deploy.release import image_tag
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
-from specpair.pairprocs import read_ready
+from specpair.pairprocs import new_key_file, read_ready
 from specpair.sampling import SamplingParams
 from specpair.verify import verify
 from specpair.wire.assemble import to_proposal
@@ -55,9 +55,7 @@ def image() -> str:
 
 @pytest.fixture(scope="module")
 def served(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    key_file = tmp_path_factory.mktemp("rtx3090-key") / "wire.key"
-    key_file.write_bytes(os.urandom(32).hex().encode())
-    key_file.chmod(0o600)  # the drafter refuses a key its group or others may read
+    key_file = new_key_file(tmp_path_factory.mktemp("rtx3090-key") / "wire.key")
     name = f"specpair-rtx3090-image-test-{os.getpid()}"
     proc = subprocess.Popen(
         [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2, chi2_contingency
 
-__all__ = ["TwoSample", "two_sample_chi2"]
+__all__ = ["TwoSample", "per_index", "two_sample_chi2"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,11 @@ def two_sample_chi2(a: np.ndarray, b: np.ndarray, alpha: float) -> TwoSample:
         return TwoSample(0.0, 0, 0.0, alpha, a.size, b.size)
     stat, _, df, _ = chi2_contingency(np.vstack([ta, tb]), correction=False)
     return TwoSample(float(stat), int(df), float(chi2.isf(alpha, df)), alpha, a.size, b.size)
+
+
+def per_index(a: np.ndarray, b: np.ndarray, indices: tuple[int, ...],
+              alpha: float) -> list[TwoSample]:
+    """The check at each generated-token index of two [requests, tokens] samples, family-wise
+    ``alpha`` (Bonferroni over ``indices``)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return [two_sample_chi2(a[:, i], b[:, i], alpha / len(indices)) for i in indices]
