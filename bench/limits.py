@@ -1,4 +1,5 @@
-"""The drafter's bounds under load (issue 12, findings 6 and 7): fairness and memory.
+"""The drafter's bounds under load: fairness (one target's huge rounds must not starve
+another's) and memory (what requests that are never released can hold).
 
 Fairness: two targets on one drafter (the tiny draft model behind a real WireServer on
 127.0.0.1, one torch thread, the server's default chunking). The hog sends, back to back,

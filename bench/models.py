@@ -5,7 +5,7 @@ DynamicCache) after a 64-token prompt, as a drafter or a plain decoder runs it, 
 transformers' forward and through specpair's own Llama forward (what the drafter runs:
 ``specpair.drafter.llama_forward``, the same bits). The two models are timed alternately in
 the same loop (so a load change hits both), 1 torch thread; medians over ``STEPS`` steps
-after ``WARMUP``. The issue's bound: the draft's step costs at most 1/8 of the target's
+after ``WARMUP``. The bound it checks: the draft's step costs at most 1/8 of the target's
 (docs/models.md).
 """
 

@@ -1,9 +1,10 @@
 """python -m bench.replay [--pair DIR] [--prompts N] [--tokens T] [--bootstrap B] [--out DIR]
 
 Sampled vs greedy drafting on the trained pair's own distributions over the HELD-OUT corpus
-(issue 15, "What it must show"). N prompts, each a window of ``PROMPT_LEN`` tokens of the
-held-out stream (docs/models.md; windows drawn without overlap, seeded), are continued by
-the target at T = 1 and at T = 1 with top-p 0.9 (``specpair.replay.record``); each setting's
+(text neither model trained on, so that the acceptance is not flattered). N prompts, each a
+window of ``PROMPT_LEN`` tokens of the held-out stream (docs/models.md; windows drawn
+without overlap, seeded), are continued by the target at T = 1 and at T = 1 with top-p 0.9
+(``specpair.replay.record``); each setting's
 recording is written to OUT/replay-<setting>.safetensors (``specpair replay FILE --depth K``
 replays it) and replayed at depths 1..``DEPTH`` with seeded bootstrap 95 % intervals. Prints
 a table and writes OUT/replay.json. Exit 0 done; 3 cannot run here (this interpreter's stdlib

@@ -12,8 +12,8 @@ Beside it, on the same drafts in the same loop, the q build as it was before ``Q
 (``qlaw.probs`` over the whole [K, V] row of every request, then the rest zeroed): the
 side-by-side column (timed every 6th round: it is slow). Median and p90 over the rounds of
 the wall clock, and the median thread CPU time (what the round costs when other processes
-take the cores away mid-round, as on a loaded box). Target (issue 15): the round at most
-1 ms and flat in the context length.
+take the cores away mid-round, as on a loaded box). Target: the round at most 1 ms, a
+small share of a target step, and flat in the context length.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ time per call (what the call costs when other processes take the cores away
 mid-call). SPARSE and DENSE are sampled round-robin in the same loop. The loopback round
 trip is DraftClient.propose against a WireServer on 127.0.0.1 whose handler
 returns a prepared answer (so it measures the wire, not a model): p50 and p99
-over the rounds. Targets (issue 3): SPARSE <= 3 KB and <= 20 us encode+decode
-per request-round.
+over the rounds. Targets (the wire must cost little beside a drafter round of
+milliseconds): SPARSE <= 3 KB and <= 20 us encode+decode per request-round.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CLI sweep (issue 12, item 7): every `specpair` subcommand, found by walking the parser
+"""The CLI sweep: every `specpair` subcommand, found by walking the parser
 tree from specpair.cli.build_parser, given missing, malformed and out-of-range input, exits with
 its documented code (docs/cli.md) and at most one line on stderr, never a traceback.
 

@@ -1,4 +1,4 @@
-"""YAML inputs under limits (issue 12, finding 5): an alias bomb in `specpair health --policy`
+"""YAML inputs under limits: an alias bomb in `specpair health --policy`
 ran unbounded (3.8 GB after 60 s) and its error message's repr expanded it. Now every YAML
 input goes through specpair.yamlio: the bomb is refused in well under a second with one line,
 an oversized file is refused before it is parsed, and the shipped policy still loads."""

@@ -1,5 +1,5 @@
 """The core refuses sampling params outside docs/core.md's domain at SamplingParams construction
-(issue 12 finding 2: temperature 1e-40 divided logits to inf and every row to NaN).
+(temperature 1e-40 once divided logits to inf and every row to NaN).
 
 The batch check is the same bounds as ``check_params_domain`` in one tensor pass; on every edge
 value (each as the fp32 a tensor holds) the two agree.

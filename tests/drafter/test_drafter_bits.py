@@ -5,7 +5,7 @@ plus one token, so caches are cropped and extended as in serving; a RESYNC-free 
 drives a ``DrafterEngine`` on the committed trained draft model, at B = 1 and 4, K = 3 and
 5, with DENSE (temperature only), SPARSE (top-k, top-p) and mixed batches and GREEDY mode.
 Every answer's status, kind, tokens, q ids and fp32 q bytes go into one sha256. The digest
-was recorded before the round was optimized (issue 15 item 5): a speed-up of the round that
+was recorded before the round was optimized for speed: a speed-up of the round that
 changes a single drawn token or q bit fails here.
 
 Floating-point kernels may round differently on another CPU or torch build, so each digest

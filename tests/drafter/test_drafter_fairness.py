@@ -1,4 +1,4 @@
-"""One target cannot starve another (issue 12, finding 7).
+"""One target cannot starve another.
 
 Two DraftClients on one drafter (the tiny draft model behind a real WireServer on
 127.0.0.1). The hog sends a round of 24 whole 1900-token histories (several seconds of

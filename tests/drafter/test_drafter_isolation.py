@@ -1,4 +1,4 @@
-"""Failure isolation per item and the engine's resource bounds (issue 12, findings 2 and 6).
+"""Failure isolation per item and the engine's resource bounds.
 
 A poisoned item (params outside docs/core.md's domain, or one whose drafting raises) is
 answered REFUSED on its own; the other items of the same round are drafted normally. Live

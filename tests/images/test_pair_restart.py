@@ -1,4 +1,4 @@
-"""The drafter comes back by itself: the real `make up` pair in containers (issue 13).
+"""The drafter comes back by itself: the real `make up` pair in containers.
 
 `scripts/local-pair.sh up` starts compose/local-cpu.yml from the cpu images, as `make up` does,
 under a compose project and ports of its own (SPECPAIR_PROJECT, SPECPAIR_*_PORT), so it runs
@@ -43,7 +43,7 @@ pytestmark = [
     ),
 ]
 
-RECOVERY_S = 60  # issue 13: drafts accepted again within 60 s of the kill, no command run
+RECOVERY_S = 60  # the promise: drafts accepted again within 60 s of the kill, no command run
 WATCH_S = 240  # how long a slower recovery is still watched (and timed) before giving up
 UP_TIMEOUT_S = 900  # a target start on a loaded 2-core machine
 

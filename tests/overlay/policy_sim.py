@@ -58,7 +58,8 @@ class Costs:
 # the trained pair (its 20-layer target of 2026-12-01) on the 2-core box (docs/performance.md,
 # "The paired run")
 TRAINED = Costs(12.5, 0.4, 0.1, 3.0, 0.3, 0.6, 0.15, 15.0, 15.0)
-# the random tiny pair (issue 15's overhead-dominated regime): a 3.5 ms step, a 5 ms round
+# the random tiny pair (overhead-dominated: a drafter round dearer than a target step): a
+# 3.5 ms step, a 5 ms round
 TINY = Costs(3.0, 0.5, 0.05, 4.2, 0.3, 0.3, 0.1, 3.0, 2.0)
 
 

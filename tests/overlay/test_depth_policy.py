@@ -115,7 +115,7 @@ def test_it_stops_drafting_when_drafts_are_never_accepted_and_probes_cheaply():
 
 
 def test_a_round_overhead_that_drafts_cannot_pay_for_means_target_only():
-    """The overhead-dominated regime (issue 15's tiny pair): a target step of 3.5 ms, a
+    """The overhead-dominated regime (the random tiny pair): a target step of 3.5 ms, a
     drafter round of 4.5 ms + 0.3 ms per draft, acceptance 3/4, 2/3, 1/2 by position.
     Drafting K = 3 makes E = 2.5 tokens in 9.4 ms, target-only 1 token in 3.5 ms: the policy
     must see that the round is absent at k = 0, and its probes (k = 1, and the odd round at

@@ -1,4 +1,4 @@
-"""Replay metadata and arguments outside the sampling domain (issue 12, finding 2): temperature
+"""Replay metadata and arguments outside the sampling domain: temperature
 1e-45 exited 0 with an all-NaN report, 1e308 and top_k = 2**70 printed tracebacks. The domain
 is specpair.sampling.check_params_domain (docs/core.md); replay refuses the rest with exit 4
 and one line naming the parameter."""

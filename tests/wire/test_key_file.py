@@ -1,4 +1,4 @@
-"""Key files (issue 12, finding 8): `load_key` refuses, at once and with one clear line, a file
+"""Key files: `load_key` refuses, at once and with one clear line, a file
 that is not regular (/dev/zero used to be read forever), too large, or that its group or
 others may read or write (as ssh refuses a private key); a 0600 or 0400 key loads. The drafter's
 --key-file and the target's SPECPAIR_DRAFTER_KEY_FILE both go through it."""

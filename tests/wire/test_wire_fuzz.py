@@ -1,7 +1,7 @@
 """Mutation fuzz in `make test`: 2 x 100k mutated valid frames, zero non-wire exceptions, no hang.
 
 One run repairs the CRC of most mutants (the rest test the header and the checksum), one
-of every mutant (issue 12: so that all of them reach the body's checks). The longer,
+of every mutant (so that all of them reach the body's checks). The longer,
 freshly seeded run is `make fuzz` (tests/wire/wire_fuzz.py).
 """
 

@@ -1,6 +1,6 @@
 """The decoder at the SPARSE normalization edge, |sum q - 1| = 1e-3: only wire errors.
 
-Issue 12 finding 1: two SPARSE checks (a sequential sum in C, a pairwise one in numpy)
+The bug this guards against: two SPARSE checks (a sequential sum in C, a pairwise one in numpy)
 landed on different sides of the tolerance for some rows, and the decoder raised
 AssertionError, which no caller catches. There is one check now; these searches show
 that the decoder's verdict on rows at the edge is a success or a WireError, never

@@ -1,6 +1,6 @@
 """The drafter's server answers every frame it cannot take with ERROR and keeps serving.
 
-Issue 12 finding 1, server side: a PROPOSAL at the normalization edge (on which the two
+On the server side: a PROPOSAL at the normalization edge (on which the two
 SPARSE checks of the code before disagreed) sent to the drafter ended its connection
 callback with "Unhandled exception in client_connected_cb" and no ERROR frame. Now a
 frame of a kind the drafter does not take is refused from its header and never decoded,

@@ -1,4 +1,4 @@
-"""The drafter's server bounds what one connection can hold (issue 12, findings 6 and 7).
+"""The drafter's server bounds what one connection can hold.
 
 Real server on 127.0.0.1, real sockets, the loopback TrivialDrafter as handler:
 - a connection that sends nothing after authentication is closed after idle_timeout_s;
