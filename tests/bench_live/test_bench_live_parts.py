@@ -427,3 +427,24 @@ def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_pat
     assert len(doc["rows"]) == 4 and all(r["model"] is not None for r in doc["rows"])
     assert "specpair_sampled" in out and "wrote " in out
     assert (tmp_path / "live.png").read_bytes()[:4] == b"\x89PNG"
+
+    # a saved live.json (as bench/results/ keeps them) prints the same table, writing nothing
+    saved = tmp_path / "saved.json"
+    (tmp_path / "live.json").rename(saved)
+    assert live_main(["--report-only", "--from", str(saved)]) == 0
+    assert capsys.readouterr().out == table(doc) + "\n"
+    assert not (tmp_path / "live.json").exists()
+
+
+def test_report_only_from_a_file_that_is_no_live_json_is_one_line_and_exit_4(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    for text in ("{", '{"rows": []}'):
+        bad.write_text(text)
+        assert live_main(["--report-only", "--from", str(bad)]) == 4
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "not a readable live.json" in err
+    assert live_main(["--report-only", "--from", str(tmp_path / "absent.json")]) == 4
+    assert "not a readable live.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        live_main(["--from", str(bad)])
+    assert exit_.value.code == 4 and "--from is for --report-only" in capsys.readouterr().err
