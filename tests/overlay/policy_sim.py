@@ -15,9 +15,10 @@ What it keeps from the engine (bench.live, specpair.vllm.v1.propose_remote):
 - the verifier accepts draft j with the prompt's own chance given drafts 1..j-1 were;
   every cost carries lognormal noise, all from one seeded generator.
 
-``Costs`` and ``Workload`` come from the live run in docs/performance.md ("The paired
-run"): the trained pair on the 2-core box: a forward of 12.9 ms + 0.4 ms per request,
-rounds of 5.1 ms (one request, K = 3) to 6.8 ms (four), prefill and first-round extras.
+``Costs`` and ``Workload`` come from the live paired runs of
+bench/results/2026-12-02-paired.md: the trained pair (its 20-layer target) on the 2-core box:
+a forward of 12.9 ms + 0.4 ms per request, rounds of 5.1 ms (one request, K = 3) to 6.8 ms
+(four), prefill and first-round extras.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Costs:
         return self.rbase + self.r_req * batch + self.r_depth * k * (1 + self.r_batch * (batch - 1))
 
 
-# the trained pair (its 20-layer target of 2026-12-01) on the 2-core box (docs/performance.md,
-# "The paired run")
+# the trained pair (its 20-layer target of 2026-12-01) on the 2-core box
+# (bench/results/2026-12-02-paired.md)
 TRAINED = Costs(12.5, 0.4, 0.1, 3.0, 0.3, 0.6, 0.15, 15.0, 15.0)
 # the random tiny pair (overhead-dominated: a drafter round dearer than a target step): a
 # 3.5 ms step, a 5 ms round

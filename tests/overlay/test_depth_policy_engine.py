@@ -71,7 +71,7 @@ def test_adaptive_keeps_up_with_fixed_k_where_k_pays():
     """bench-live's paired plan (every cell adaptive and pinned to fixed:3, alternating, one
     engine) on the trained pair's costs, where drafting K pays 1.4-2x: the adaptive rate
     over fixed-K's, geometric mean of 12 repetitions per cell. Measured: cells 0.957-1.048,
-    all cells 0.989 (the live paired run: docs/performance.md)."""
+    all cells 0.989 (the live paired runs: bench/results/2026-12-02-paired.md)."""
     cells = _paired(TRAINED, reps=6)
     assert min(cells.values()) >= 0.94, cells
     assert _gmean(list(cells.values())) >= 0.975, cells
