@@ -10,7 +10,7 @@ answer (``_item``), folding the items into the engine's state (``_apply``), and 
 encode of the PROPOSAL. Spans wrap the functions by name for the run (nothing is changed
 after it); each share is its summed time over the summed round time, "other" is what no
 span covers (the engine's bookkeeping, the cache crop, the wrappers themselves).
-docs/performance.md, "Drafter round cost", has a table from it.
+docs/performance.md, "Drafter round cost", reads its shares.
 """
 
 from __future__ import annotations
