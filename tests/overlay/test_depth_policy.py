@@ -457,3 +457,47 @@ def test_each_mode_learns_from_its_own_rounds_only():
     _mode_steps(q, 300, 0.05, 0.95)
     greedy, sampled = (q.acceptance("r", greedy=m)[0] for m in (True, False))
     assert greedy > 0.8 and sampled < 0.5, (greedy, sampled)  # not pulled up by greedy rounds
+
+
+def _reproducible_run(step_cost, others, accepted_of, reproducible=True):
+    """Depths chosen for one request "s" (reproducible: its user set its seed) over 60
+    steps, beside ``others`` adaptive requests; a step with k drafts costs
+    ``step_cost(step, k)`` = (seconds besides the round, the round's seconds); ``accepted_of(k,
+    step)`` of its k drafts accepted."""
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    live = {"s", *(f"o{i}" for i in range(others))}
+    chosen, sampled, handed = [], {r: 1 for r in live}, dict.fromkeys(live, 0)
+    for step in range(60):
+        rest, rnd = step_cost(step, max(handed.values()))
+        clock.now += rest + (rnd if max(handed.values()) else 0.0)
+        p.begin(live)
+        for r in sorted(live):
+            p.observe(r, sampled[r], reproducible=reproducible and r == "s")
+        depths = p.depths()
+        for r, k in depths.items():
+            p.handed(r, k)
+            sampled[r], handed[r] = 1 + min(k, accepted_of(k, step)), k
+        p.round_time(step_cost(step, max(depths.values()))[1] if max(depths.values()) else None)
+        chosen.append(depths["s"])
+    return chosen
+
+
+def test_a_reproducible_requests_depths_follow_its_own_history_only():
+    """Its depths must be the same in every run: whatever the step timing and whatever runs
+    beside it (the verifier's draws follow the depths, so its completion follows them)."""
+    accepted = lambda k, step: k if step % 7 else 0  # noqa: E731  (its own history)
+    quiet = lambda step, k: (0.01, 0.001)  # noqa: E731
+    busy = lambda step, k: (0.01 + 0.02 * (step % 3), 0.5 + 0.01 * k)  # noqa: E731
+    assert _reproducible_run(quiet, 0, accepted) == _reproducible_run(busy, 3, accepted)
+    assert max(_reproducible_run(quiet, 0, accepted)) == K  # as deep as its acceptance pays
+    # the same request unseeded follows the timing (the control: the check has power)
+    assert (_reproducible_run(quiet, 0, accepted, False)
+            != _reproducible_run(busy, 3, accepted, False))
+
+
+def test_a_reproducible_request_that_stops_drafting_probes_its_way_back():
+    chosen = _reproducible_run(lambda step, k: (0.01, 0.001), 0,
+                               lambda k, step: 0 if step < 30 else k)
+    assert 0 in chosen[:30]  # nothing accepted: it stops drafting ...
+    assert chosen[-1] > 0  # ... and a probe finds the acceptance back

@@ -46,6 +46,16 @@ A depth written with a ``g`` (``fixed:3g``, ``schedule:3,0,2g,1``) asks for argm
 those rounds, where the drafter serves them (else the drafter's own mode); without it, the
 drafter's own mode.
 
+A request whose user set its seed (``observe``'s ``reproducible``; V1 sees the seed, V2 does
+not) must get the same completion every time, whatever runs beside it: the verifier's
+draws follow the depths, so its depths may follow nothing but its own history. Under
+``adaptive`` it gets its own depth each round, the d maximizing E(d) / t(d) from its own
+accepted counts (each a_j shrunk towards the fixed prior, never the engine's) and a fixed
+step-cost model, t(0) = 1 and t(d) = 1 + OWN_ROUND + OWN_DRAFT * d (in target steps), with a
+probe one depth off every ``probe_every`` of its own rounds; drafts of the drafter's own
+mode. Its rounds teach the engine-wide counts and the step fits like any adaptive
+request's; the others choose their depth for the step as it will cost (no less than its).
+
 One request may carry its own setting (V1: ``vllm_xargs={"specpair_depth_policy": ...}``,
 ``PIN_ARG``), any of the values above. A request pinned that way, or run by a pinned engine
 setting, is outside the adaptive estimates: its rounds teach neither the acceptance counts
@@ -87,6 +97,11 @@ _SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
 _OUTLIER = 5.0  # a step gap above this many times the fitted t(k) is an idle gap, not timed
 _MIN_FIT = 5.0  # observations before outliers are judged
 _MODE_EVIDENCE = 4.0  # a law's greedy rounds before they can win its drafting mode
+# a reproducible request's step cost, relative to a target step (fixed: no timing): its
+# round's fixed part and each draft's. The trained pair on a quiet 2-core box measured a
+# round of 6.0-6.5 ms (3 drafts, about 1.2 ms each) beside a target step of about 38 ms
+# (docs/performance.md): 0.17 and 0.03
+OWN_ROUND, OWN_DRAFT = 0.2, 0.03
 
 
 @dataclass(frozen=True)
@@ -169,6 +184,7 @@ class _Req:
     greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
+    reproducible: bool = False  # its user set its seed: depths from its own history only
 
 
 @dataclass
@@ -277,16 +293,17 @@ class DepthPolicy:
         return _Fit(_REST_SLOPE, (1.0, _REST_SLOPE)), _Fit(_ROUND_SLOPE, (0.0, 0.0))
 
     def observe(self, req_id: str, num_sampled: int, pin: str | None = None,
-                law: Hashable = ()) -> None:
+                law: Hashable = (), reproducible: bool = False) -> None:
         """``req_id`` runs this step and wants a depth (``depths``); ``num_sampled`` is what
         the target committed at this step (1 + the drafts it accepted of those handed at
         the last step); ``pin``: the request's own setting (PIN_ARG's value); ``law``: what
-        its drafts' acceptance depends on beyond its context (``sampling_law``); both read
-        at its first step."""
+        its drafts' acceptance depends on beyond its context (``sampling_law``);
+        ``reproducible``: its user set its seed; all three read at its first step."""
         r = self._reqs.get(req_id)
         if r is None:
             r = self._reqs[req_id] = _Req({m: _Counts.empty(self.k_max) for m in (False, True)},
-                                          setting=self._pin(req_id, pin), law=law)
+                                          setting=self._pin(req_id, pin), law=law,
+                                          reproducible=reproducible)
             self._joined = True
         if r.handed and num_sampled > 0 and (r.setting or self.setting).mode == "adaptive":
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
@@ -300,7 +317,9 @@ class DepthPolicy:
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
-            if s.mode == "adaptive":
+            if s.mode == "adaptive" and r.reproducible:
+                out[rid] = self._own(r)
+            elif s.mode == "adaptive":
                 adaptive.append(rid)
             else:
                 self._untimed = True
@@ -345,7 +364,7 @@ class DepthPolicy:
         ``law``."""
         r = self._reqs.get(req_id)
         mode = (r.greedy if r else False) if greedy is None else greedy
-        return self._acceptance(r, mode, self._pool(r.law if r else law, mode))
+        return self._acceptance(r, mode, _first(self._pool(r.law if r else law, mode)))
 
     def best(self, req_ids: Collection[str], floor: int = 0) -> int:
         """The d in 0..K maximizing the expected tokens per second of a step in which the
@@ -353,7 +372,8 @@ class DepthPolicy:
         return self._best([self._reqs[rid] for rid in req_ids if rid in self._reqs], floor)
 
     def _best(self, reqs: list[_Req], floor: int) -> int:
-        accepts = [self._acceptance(r, r.greedy, self._pool(r.law, r.greedy)) for r in reqs]
+        accepts = [self._acceptance(r, r.greedy, _first(self._pool(r.law, r.greedy)))
+                   for r in reqs]
         rates = [sum(expected_tokens(a, d) for a in accepts) / self.time(max(d, floor))
                  for d in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
@@ -367,6 +387,20 @@ class DepthPolicy:
             self._probe_gap = (min(2 * self._probe_gap, PROBE_MAX) if d == 0
                                else self.setting.probe_every)
             self._next_probe = self._steps + self._probe_gap - 1
+            d = d + 1 if d < self.k_max else d - 1
+        return d
+
+    def _own(self, r: _Req) -> int:
+        """A reproducible request's depth: from its own accepted counts and the fixed cost
+        model only (module docstring), a probe one depth off every probe_every of its own
+        rounds; the drafter's own mode."""
+        r.greedy = False
+        accept = self._acceptance(r, False, _PRIOR_A)
+        rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
+                 for d in range(self.k_max + 1)]
+        d = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+        every = self.setting.probe_every
+        if r.rounds % every == every - 1:
             d = d + 1 if d < self.k_max else d - 1
         return d
 
@@ -417,13 +451,13 @@ class DepthPolicy:
         self._mode_probes[law] = (choice, gap, due)
         return hit
 
-    def _acceptance(self, r: _Req | None, greedy: bool, pool: _Counts) -> list[float]:
-        """Each position's own counts shrunk towards its prior: a_1's, the law's engine-wide
-        estimate; a deeper one's, _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
+    def _acceptance(self, r: _Req | None, greedy: bool, first: float) -> list[float]:
+        """Each position's own counts shrunk towards its prior: a_1's, ``first`` (the law's
+        engine-wide estimate; _PRIOR_A for a reproducible request); a deeper one's,
+        _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
         position j is tested only where drafts 1..j-1 were accepted, so those counts come
         from the requests that reach it most (greedy prose: a_1 ~ 1, a_2 ~ 0.05), not from
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
-        first = _first(pool)
         out = []
         own = r.counts[greedy] if r else None
         for j in range(self.k_max):
