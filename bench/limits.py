@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-DEADLINE_S = 0.200  # the target's default per-step deadline (specpair.vllm.client)
+DEADLINE_S = 0.200  # the target's default per-step deadline (specpair.vllm.settings)
 KEY = b"bench-limits-key-0123456789"
 FP = bytes(32)
 REPS = 3

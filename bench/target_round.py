@@ -82,8 +82,9 @@ def _runner(context: int) -> tuple[SimpleNamespace, RemoteProposer]:
         scheduler_config=SimpleNamespace(max_num_seqs=B),
     )
     proposer = RemoteProposer(cfg)
-    proposer.policy = DepthPolicy(K, PolicySetting("fixed"))  # every round at K, as prepared
-    proposer.source = _PreparedWire(_items(B)["SPARSE top-64"])
+    # every round at K, as prepared
+    proposer.drafting.policy = DepthPolicy(K, PolicySetting("fixed"))
+    proposer.drafting.source = _PreparedWire(_items(B)["SPARSE top-64"])
     sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=3)
     req_ids = [f"r{i}" for i in range(B)]
     table = np.random.default_rng(0).integers(0, V, (B, context + 4 * ROUNDS), dtype=np.int32)
@@ -108,7 +109,8 @@ def _round_times(context: int) -> tuple[list[float], list[float], list[float]]:
     """(wall s per round, thread CPU s per round, wall s of the former q build)."""
     runner, proposer = _runner(context)
     former = torch.empty(B, K, V)
-    drafts = [qlaw.Drafts(d.tokens, d.kind, d.q_logp, d.q_ids) for d in proposer.source.items]
+    drafts = [qlaw.Drafts(d.tokens, d.kind, d.q_logp, d.q_ids)
+              for d in proposer.drafting.source.items]
     new, cpu, old = [], [], []
     for r in range(ROUNDS + 3):
         c, t = time.thread_time(), time.perf_counter()

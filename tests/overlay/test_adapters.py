@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from fake_source import FakeSource, K, V, ok
+from fake_vllm import v1_proposer, v2_batch, v2_speculator
 
 from specpair import qlaw
 from specpair.proposal import QKind
@@ -50,44 +51,23 @@ def test_merge_invalid_drafts_marks_rows_beyond_the_valid_drafts():
     assert merge_invalid_drafts(spec, batch, None) is None
 
 
-def _v2(depth=K, max_reqs=4, method="standard"):
-    from specpair.vllm.v2 import RemoteSpeculator
-
-    spec = SimpleNamespace(num_speculative_tokens=depth, rejection_sample_method=method,
-                           enable_adaptive_verification=False)
-    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
-    cfg = SimpleNamespace(speculative_config=spec, model_config=model,
-                          scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
-    tokens = torch.zeros(max_reqs, 64, dtype=torch.int32)
-    total = torch.zeros(max_reqs, dtype=torch.int32)
-    states = SimpleNamespace(total_len=SimpleNamespace(gpu=total),
-                             all_token_ids=SimpleNamespace(gpu=tokens))
-    return RemoteSpeculator(cfg, torch.device("cpu"), states), states
-
-
-def _batch(req_ids, idx, qs):
-    return SimpleNamespace(num_reqs=len(req_ids), req_ids=req_ids,
-                           idx_mapping=torch.tensor(idx), idx_mapping_np=torch.tensor(idx).numpy(),
-                           query_start_loc_np=torch.tensor(qs).numpy())
-
-
 def test_v2_speculator_step_writes_q_and_flags_missing():
     from specpair.vllm.errors import RemoteVerificationRefused
 
     with pytest.raises(RemoteVerificationRefused, match="block"):
-        _v2(method="block")
-    spec, states = _v2()
-    spec.source = FakeSource(["ok", "missing"])
+        v2_speculator(method="block")
+    spec, states = v2_speculator()
+    spec.drafting.source = FakeSource(["ok", "missing"])
     states.total_len.gpu[2] = 4
     states.all_token_ids.gpu[2, :4] = torch.tensor([3, 4, 5, 6], dtype=torch.int32)
     states.total_len.gpu[0] = 2
-    batch = _batch(["x", "y"], [2, 0], [0, 4, 6])
+    batch = v2_batch(["x", "y"], [2, 0], [0, 4, 6])
     temp = torch.tensor([0.0, 0.0, 0.5, 0.0])
     args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([1, 0]),
             torch.tensor([0, 0]), None, None, temp, torch.arange(4))
     drafts = spec.propose(*args)
     assert drafts.tolist() == [[0, 1, 2], [0, 0, 0]]  # y is still in prefill: no drafts
-    sent = spec.source.batches[0]
+    sent = spec.drafting.source.batches[0]
     assert [it.new_tokens.tolist() for it in sent] == [[3, 4, 5, 6]]
     assert sent[0].params.temperature == 0.5 and sent[0].features is None
     q = torch.softmax(spec.draft_logits[2] / 0.5, -1)
@@ -99,32 +79,32 @@ def test_v2_speculator_step_writes_q_and_flags_missing():
     args = (batch, None, None, torch.zeros(6, 8), None, torch.tensor([2, 0]),
             torch.tensor([2, 0]), None, None, temp, torch.arange(4))
     spec.propose(*args)
-    assert spec.source.batches[1][0].new_tokens.tolist() == [0, 9]
-    assert spec.source.batches[1][0].num_accepted == 1
+    assert spec.drafting.source.batches[1][0].new_tokens.tolist() == [0, 9]
+    assert spec.drafting.source.batches[1][0].num_accepted == 1
     assert torch.isneginf(spec.draft_logits[2]).all() and spec.num_valid[2] == 0
-    assert spec.remote.counters.missing == 1
+    assert spec.drafting.remote.counters.missing == 1
 
 
 def test_v2_sends_the_features_the_client_declared():
     from specpair.wire.frames import FeatureKind, FeatureSpec
 
-    spec, states = _v2()
-    spec.source = FakeSource(["ok", "ok"])
-    spec.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
+    spec, states = v2_speculator()
+    spec.drafting.source = FakeSource(["ok", "ok"])
+    spec.drafting.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
     states.total_len.gpu[1] = 4  # prompt of 3 + the first sampled token
     hidden = torch.arange(6 * 8, dtype=torch.float32).view(6, 8)
-    batch = _batch(["x"], [1], [0, 3])
+    batch = v2_batch(["x"], [1], [0, 3])
     temp = torch.ones(4)
     spec.propose(batch, None, None, hidden, None, torch.tensor([1]), torch.tensor([0]),
                  None, None, temp, torch.arange(4))
-    f = spec.source.batches[0][0].features
+    f = spec.drafting.source.batches[0][0].features
     # 4 new tokens, 3 query rows (the prompt): token 0 has no predicting state (zeros)
     assert f.shape == (4, 8) and (f[0] == 0).all() and torch.equal(f[1:], hidden[:3])
     states.total_len.gpu[1] = 6  # 1 draft accepted + 1 new token; query was 1 + K rows
-    batch = _batch(["x"], [1], [0, 1 + K])
+    batch = v2_batch(["x"], [1], [0, 1 + K])
     spec.propose(batch, None, None, hidden, None, torch.tensor([2]), torch.tensor([K - 1]),
                  None, None, temp, torch.arange(4))
-    f = spec.source.batches[1][0].features
+    f = spec.drafting.source.batches[1][0].features
     assert torch.equal(f, hidden[:2])  # the states that predicted the 2 new tokens
 
 
@@ -143,10 +123,10 @@ class Recorded:
 
 
 def test_v2_copies_only_the_tokens_the_drafter_lacks():
-    spec, states = _v2()
-    spec.source = FakeSource(["ok", "ok", "ok"])
+    spec, states = v2_speculator()
+    spec.drafting.source = FakeSource(["ok", "ok", "ok"])
     states.all_token_ids.gpu = Recorded(states.all_token_ids.gpu)
-    batch = _batch(["x", "y"], [2, 0], [0, 4, 6])
+    batch = v2_batch(["x", "y"], [2, 0], [0, 4, 6])
     temp = torch.ones(4)
 
     def step(n, sampled, rejected):
@@ -162,49 +142,39 @@ def test_v2_copies_only_the_tokens_the_drafter_lacks():
     reads = [k for k in states.all_token_ids.gpu.keys if isinstance(k, tuple)]
     # request x: whole once, then only what was committed since; y (prefill): nothing
     assert reads == [(2, slice(0, 4)), (2, slice(4, 6)), (2, slice(6, 9))]
-    assert [b[0].new_tokens.tolist() for b in spec.source.batches] == [
+    assert [b[0].new_tokens.tolist() for b in spec.drafting.source.batches] == [
         [1, 2, 3, 4], [5, 6], [7, 8, 9]]
 
 
 def test_v2_whole_resend_carries_the_feature_rows_already_sent():
     from specpair.wire.frames import FeatureKind, FeatureSpec
 
-    spec, states = _v2()
-    spec.source = FakeSource(["ok", "ok", "ok"])
-    spec.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
+    spec, states = v2_speculator()
+    spec.drafting.source = FakeSource(["ok", "ok", "ok"])
+    spec.drafting.source.features = FeatureSpec(FeatureKind.LAST_HIDDEN, torch.float32, 8)
     hidden = torch.arange(6 * 8, dtype=torch.float32).view(6, 8)
     temp = torch.ones(4)
     states.total_len.gpu[1] = 4
-    spec.propose(_batch(["x"], [1], [0, 3]), None, None, hidden, None, torch.tensor([1]),
+    spec.propose(v2_batch(["x"], [1], [0, 3]), None, None, hidden, None, torch.tensor([1]),
                  torch.tensor([0]), None, None, temp, torch.arange(4))
     states.total_len.gpu[1] = 6
-    spec.propose(_batch(["x"], [1], [0, 1 + K]), None, None, hidden, None, torch.tensor([2]),
+    spec.propose(v2_batch(["x"], [1], [0, 1 + K]), None, None, hidden, None, torch.tensor([2]),
                  torch.tensor([K - 1]), None, None, temp, torch.arange(4))
-    spec.source.ensure_connected = lambda timeout_s: 2  # reconnected: whole histories due
+    spec.drafting.source.ensure_connected = lambda timeout_s: 2  # reconnected: whole histories due
     states.total_len.gpu[1] = 7
-    spec.propose(_batch(["x"], [1], [0, 1 + K]), None, None, hidden * -1, None,
+    spec.propose(v2_batch(["x"], [1], [0, 1 + K]), None, None, hidden * -1, None,
                  torch.tensor([1]), torch.tensor([K]), None, None, temp, torch.arange(4))
-    whole = spec.source.batches[2][0]
+    whole = spec.drafting.source.batches[2][0]
     assert whole.position == whole.new_tokens.numel() == 7
     want = torch.cat([torch.zeros(1, 8), hidden[:3], hidden[:2], -hidden[:1]])
     assert torch.equal(whole.features, want)  # every row as first sent, none zeroed
 
 
-def _v1(max_reqs=4):
-    from specpair.vllm.v1 import RemoteProposer
-
-    spec = SimpleNamespace(num_speculative_tokens=K)
-    model = SimpleNamespace(get_vocab_size=lambda: V, max_model_len=64, tokenizer="unused")
-    cfg = SimpleNamespace(speculative_config=spec, model_config=model,
-                          scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
-    return RemoteProposer(cfg)
-
-
 def test_v1_reuses_one_q_buffer_and_hands_over_only_new_tokens():
     from specpair.vllm.v1 import propose_remote
 
-    proposer = _v1()
-    proposer.source = FakeSource(["ok", "ok"])
+    proposer = v1_proposer()
+    proposer.drafting.source = FakeSource(["ok", "ok"])
     sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=5)
     table = np.zeros((2, 16), dtype=np.int32)
     table[0, :5] = [1, 2, 3, 4, 5]
@@ -217,14 +187,14 @@ def test_v1_reuses_one_q_buffer_and_hands_over_only_new_tokens():
                                     num_tokens_no_spec=np.array([3, 2])))
     assert propose_remote(runner, [[3], [7]]) == [[0, 1, 2], [0, 1, 2]]
     buf = runner._draft_probs
-    lq = ok(proposer.source.batches[0][0]).q_logp
+    lq = ok(proposer.drafting.source.batches[0][0]).q_logp
     want = qlaw.probs(Drafts(torch.arange(K), QKind.DENSE, lq, None), V)
     assert buf.shape == (2, K, V) and torch.equal(buf[0], want) and torch.equal(buf[1], want)
     runner.input_batch.num_tokens_no_spec = np.array([5, 2])
     assert propose_remote(runner, [[4, 5], []]) == [[0, 1, 2], []]  # b: nothing sampled
     assert runner._draft_probs.data_ptr() == buf.data_ptr()  # the same buffer, refilled
     assert torch.equal(runner._draft_probs[0], want) and (runner._draft_probs[1] == 0).all()
-    second = proposer.source.batches[1]
+    second = proposer.drafting.source.batches[1]
     assert [it.new_tokens.tolist() for it in second] == [[4, 5]] and second[0].num_accepted == 1
     assert runner._draft_prob_req_ids == ["a", "b"]
 
@@ -270,8 +240,8 @@ def test_v1_asks_for_the_depth_the_policy_chooses_each_round(monkeypatch):
     from specpair.vllm.v1 import propose_remote
 
     monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "schedule:3,0,1")
-    proposer = _v1()
-    proposer.source = FakeSource(["ok", "ok"])
+    proposer = v1_proposer()
+    proposer.drafting.source = FakeSource(["ok", "ok"])
     sp = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0, seed=5)
     table = np.arange(32, dtype=np.int32).reshape(1, 32) % V
     runner = SimpleNamespace(
@@ -286,8 +256,8 @@ def test_v1_asks_for_the_depth_the_policy_chooses_each_round(monkeypatch):
         if got[-1][0]:
             assert (runner._draft_probs[0, len(got[-1][0]):] == 0).all()
     assert got == [[[0, 1, 2]], [[]], [[0]]]
-    assert [[it.depth for it in b] for b in proposer.source.batches] == [[3], [1]]
-    assert proposer.policy.chosen == [1, 1, 0, 1]
+    assert [[it.depth for it in b] for b in proposer.drafting.source.batches] == [[3], [1]]
+    assert proposer.drafting.policy.chosen == [1, 1, 0, 1]
 
 
 def test_v1_a_request_carrying_its_own_policy_gets_its_depth(monkeypatch, caplog):
@@ -297,8 +267,8 @@ def test_v1_a_request_carrying_its_own_policy_gets_its_depth(monkeypatch, caplog
     from specpair.vllm.v1 import propose_remote
 
     monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", f"fixed:{K}")
-    proposer = _v1()
-    proposer.source = FakeSource(["ok"])
+    proposer = v1_proposer()
+    proposer.drafting.source = FakeSource(["ok"])
 
     def req(extra):
         return SimpleNamespace(sampling_params=SimpleNamespace(
@@ -315,7 +285,7 @@ def test_v1_a_request_carrying_its_own_policy_gets_its_depth(monkeypatch, caplog
     with caplog.at_level("WARNING", logger="specpair.vllm.depth_policy"):
         got = propose_remote(runner, [[1], [1], [1], [1]])
     assert [len(d) for d in got] == [1, 0, K, K]
-    assert [it.depth for it in proposer.source.batches[0]] == [1, K, K]  # b sent nothing
+    assert [it.depth for it in proposer.drafting.source.batches[0]] == [1, K, K]  # b sent nothing
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["request c"]
 
 
@@ -323,10 +293,10 @@ def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
     """k cycling 2, 0 by round: num_valid says how many leading drafts carry q (the rest are
     invalid drafts: the target samples there), and a k = 0 round sends nothing."""
     monkeypatch.setenv("SPECPAIR_DEPTH_POLICY", "schedule:2,0")
-    spec, states = _v2()
-    spec.source = FakeSource(["ok"])
+    spec, states = v2_speculator()
+    spec.drafting.source = FakeSource(["ok"])
     temp = torch.ones(4)
-    batch = _batch(["x"], [1], [0, 1])
+    batch = v2_batch(["x"], [1], [0, 1])
     for n, sampled, rejected, valid in ((3, 1, 0, 2), (5, 2, 1, 0)):
         states.total_len.gpu[1] = n
         drafts = spec.propose(batch, None, None, torch.zeros(6, 8), None,
@@ -334,5 +304,5 @@ def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
                               temp, torch.arange(4))
         assert spec.num_valid[1] == valid
         assert drafts[0, valid:].eq(0).all() and torch.isneginf(spec.draft_logits[1, valid:]).all()
-    assert [[it.depth for it in b] for b in spec.source.batches] == [[2]]
-    assert spec.policy.chosen == [1, 0, 1, 0]
+    assert [[it.depth for it in b] for b in spec.drafting.source.batches] == [[2]]
+    assert spec.drafting.policy.chosen == [1, 0, 1, 0]

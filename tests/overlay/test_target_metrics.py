@@ -196,24 +196,24 @@ def _proposer():
 def test_the_proposer_connects_at_engine_start_so_the_gauge_reads_the_truth(monkeypatch):
     from prometheus_client import REGISTRY
 
-    import specpair.vllm.client as vclient
+    import specpair.vllm.drafting as vdrafting
 
     monkeypatch.setenv("SPECPAIR_DRAFTER", "127.0.0.1:9")
     monkeypatch.setenv("SPECPAIR_DRAFTER_KEY_FILE", "/nonexistent")  # settings checked first
-    monkeypatch.setattr(vclient, "make_source", lambda *a: Flaky([]))
+    monkeypatch.setattr(vdrafting, "make_source", lambda *a: Flaky([]))
     proposer = _proposer()
-    assert proposer.remote is not None and proposer.remote.connected
+    assert proposer.drafting.remote is not None and proposer.drafting.remote.connected
     assert REGISTRY.get_sample_value("specpair_drafter_connected") == 1
     assert REGISTRY.get_sample_value("specpair_items_total",
                                      {"outcome": "missing", "reason": "late"}) is not None
 
-    monkeypatch.setattr(vclient, "make_source", lambda *a: Flaky([], down=(0,)))
-    assert not _proposer().remote.connected  # the drafter is not up yet
+    monkeypatch.setattr(vdrafting, "make_source", lambda *a: Flaky([], down=(0,)))
+    assert not _proposer().drafting.remote.connected  # the drafter is not up yet
     assert REGISTRY.get_sample_value("specpair_drafter_connected") == 0
 
     def broken(*a):
         raise OSError("cannot read the key file")  # sound settings, a source that fails
 
-    monkeypatch.setattr(vclient, "make_source", broken)
+    monkeypatch.setattr(vdrafting, "make_source", broken)
     proposer = _proposer()  # never raises at construction: the first step tries again
-    assert proposer.source is None and proposer.remote is None
+    assert proposer.drafting.source is None and proposer.drafting.remote is None

@@ -131,9 +131,9 @@ def main() -> int:
 
         runner = _runner(llm)  # V1 keeps the proposer in .drafter, V2 in .speculator
         proposer = getattr(runner, "drafter", None) or runner.speculator
-        remote = proposer.remote
+        remote = proposer.drafting.remote
         report["counters"] = asdict(remote.counters) if remote else None
-        report["chosen_depths"] = proposer.policy.chosen  # the depth policy's choices by k
+        report["chosen_depths"] = proposer.drafting.policy.chosen  # the depth policy's choices by k
         report["verify_counters"] = asdict(VERIFY_COUNTERS)
     report["spec_metrics"] = _spec_metrics(llm)
     print(RESULT_MARK + json.dumps(report), flush=True)  # vLLM logs to stdout too

@@ -73,7 +73,7 @@ def test_a_missing_or_short_key_file_is_refused(tmp_path: Path) -> None:
 
 def test_the_target_reads_its_key_file_through_load_key(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from specpair.vllm.client import make_source
+    from specpair.vllm.drafter_source import make_source
 
     monkeypatch.setenv("SPECPAIR_DRAFTER", "127.0.0.1:1")
     monkeypatch.setenv("SPECPAIR_DRAFTER_KEY_FILE", str(_key(tmp_path, 0o644)))

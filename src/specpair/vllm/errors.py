@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from specpair.errors import SpecpairError
 
-__all__ = ["OverlayNotApplied", "RemoteVerificationRefused"]
+__all__ = ["OverlayNotApplied", "RanksDiverged", "RemoteVerificationRefused"]
 
 
 class OverlayNotApplied(SpecpairError):
@@ -17,3 +17,9 @@ class OverlayNotApplied(SpecpairError):
 
 class RemoteVerificationRefused(SpecpairError):
     """vLLM was configured with a verification mode that cannot take remote sampled drafts."""
+
+
+class RanksDiverged(SpecpairError):
+    """The target's tensor-parallel ranks appended different tokens at a step: their token
+    tables differ and every forward from then on mixes two histories, so the engine stops
+    (its restart policy brings it back) rather than serve text the target would not."""

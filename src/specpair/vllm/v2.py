@@ -33,20 +33,14 @@ rejected, so acceptance may be lower. Passing the real values would need patch
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from specpair import qlaw
 from specpair.qlaw import Drafts
-from specpair.vllm import settings
-from specpair.vllm.client import LazyRemote, drafter_seed
-from specpair.vllm.depth_policy import DepthPolicy, sampling_law
+from specpair.vllm.drafting import Drafting, RequestStep, digest
 from specpair.vllm.errors import RemoteVerificationRefused
-from specpair.vllm.metrics import target_metrics
-from specpair.wire.frames import RequestParams
-from specpair.wire.session import StepRequest
 
 __all__ = [
     "REMOTE_CLASS",
@@ -112,7 +106,7 @@ def merge_invalid_drafts(speculator: Any, input_batch: Any,
     return mask if invalid_drafts is None else invalid_drafts | mask
 
 
-class RemoteSpeculator(LazyRemote):
+class RemoteSpeculator:
     """A V2 speculator whose drafts and q come from the remote drafter."""
 
     specpair_remote = True  # patch 0002 merges `num_valid` into invalid_drafts
@@ -134,18 +128,16 @@ class RemoteSpeculator(LazyRemote):
         self.depth = int(spec.num_speculative_tokens)  # K
         self.vocab_size = int(vllm_config.model_config.get_vocab_size())
         max_reqs = int(vllm_config.scheduler_config.max_num_seqs)
-        self.max_model_len = int(vllm_config.model_config.max_model_len)
-        self.tokenizer_dir = vllm_config.model_config.tokenizer  # for the HELLO fingerprint
         # [max_num_reqs, K, V] fp32: T * log q on the support, -inf elsewhere
         self.draft_logits = torch.full((max_reqs, self.depth, self.vocab_size), float("-inf"),
                                        dtype=torch.float32, device=device)
         # [max_num_reqs] int32: leading drafts of the request backed by q (0 = MISSING)
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
-        self.metrics = target_metrics(self.depth)  # every series at 0 from engine start
-        settings.check(os.environ, self.depth)  # a bad value stops the engine at start
-        self.policy = DepthPolicy.from_env(self.depth)  # k per request and round
-        self.connect_early()
+        self.drafting = Drafting(self.depth, self.vocab_size,
+                                 int(vllm_config.model_config.max_model_len),
+                                 vllm_config.model_config.tokenizer)
+        self.drafting.connect_early()
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
         """The speculator runs no model: nothing to capture."""
@@ -164,55 +156,46 @@ class RemoteSpeculator(LazyRemote):
                 dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
                 mm_inputs: Any = None, is_profile: bool = False,
                 num_speculative_tokens: int | None = None) -> torch.Tensor:
-        """[num_reqs, K] int64 drafts (device); q goes to self.draft_logits."""
+        """[num_reqs, K] int64 drafts (device); q goes to self.draft_logits. Called on every
+        TP rank: the draft ids and q come from the drafting protocol's shared result."""
         num_reqs = int(input_batch.num_reqs)
         if dummy_run or is_profile:
             return torch.zeros(num_reqs, self.depth, dtype=torch.int64, device=self.device)
-        depth = self.depth if num_speculative_tokens is None else int(num_speculative_tokens)
-        session = self.session()
         idx = input_batch.idx_mapping_np[:num_reqs].tolist()
         rs = self.req_states
-        total = rs.total_len.gpu[input_batch.idx_mapping].cpu().tolist()
-        sampled = num_sampled[:num_reqs].cpu().tolist()
-        rejected = num_rejected[:num_reqs].cpu().tolist()
+        total = rs.total_len.gpu[input_batch.idx_mapping].cpu()
+        sampled = num_sampled[:num_reqs].cpu()
+        rejected = num_rejected[:num_reqs].cpu()
         temps = temperature[input_batch.idx_mapping].cpu().tolist()
         seed_list = seeds[input_batch.idx_mapping].cpu().tolist()
         qs = input_batch.query_start_loc_np.tolist()
-        spec = session.features  # what the source declared
-        session.begin(set(input_batch.req_ids))
-        self.policy.begin(set(input_batch.req_ids))
         req_ids = input_batch.req_ids[:num_reqs]
-        for i, req_id in enumerate(req_ids):
-            if sampled[i]:  # V2 shows no top-k / top-p: the law is greedy or sampled
-                self.policy.observe(req_id, int(sampled[i]), law=sampling_law(float(temps[i])))
-        chosen = self.policy.depths(session.greedy_items)
-        steps = []
-        for i, req_id in enumerate(req_ids):
-            n = int(total[i])
-            k = min(depth, chosen.get(req_id, 0), max(0, self.max_model_len - n - 1))
-            start = session.needed_from(req_id, n) if k else n
+        # top-k / top-p off: V2 does not show them to speculators (module docstring); V2
+        # draws a seed for every request and does not tell the speculator which ones a user
+        # set, so none is held to a reproducible depth here
+        reqs = [RequestStep(req_id, int(total[i]), int(sampled[i]), float(temps[i]), 0, 1.0,
+                            int(seed_list[i]))
+                for i, req_id in enumerate(req_ids)]
+
+        def tokens(i: int, start: int, n: int) -> torch.Tensor:
             # only the tokens the drafter lacks cross from the device
-            tokens = (rs.all_token_ids.gpu[idx[i], start:n].to("cpu", torch.int64) if start < n
-                      else torch.zeros(0, dtype=torch.int64))
-            # top-k / top-p off: V2 does not show them to speculators (module docstring)
-            params = RequestParams(temperature=max(0.0, float(temps[i])), top_k=0, top_p=1.0,
-                                   seed=drafter_seed(int(seed_list[i])))
-            feats = None
-            if spec is not None and k:
-                # the states that predicted this step's committed tokens (EAGLE convention)
-                committed = qs[i + 1] - qs[i] - int(rejected[i])
-                feats = last_hidden_states[qs[i] : qs[i] + committed].to("cpu", spec.dtype)
-            steps.append(StepRequest(req_id, n, tokens, int(sampled[i]), k, params, feats,
-                                     greedy=self.policy.greedy(req_id)))
-        drafts = session.step(steps)
-        for s, d in zip(steps, drafts, strict=True):
-            self.policy.handed(s.req_id, 0 if d is None else d.depth)
-        self.policy.round_time(session.last_round_s)
-        self.metrics.publish(session, self.policy)
-        tokens = write_draft_logits(self.draft_logits, idx, drafts, temps)
+            return rs.all_token_ids.gpu[idx[i], start:n].to("cpu", torch.int64)
+
+        def features(i: int) -> torch.Tensor:
+            # the states that predicted this step's committed tokens (EAGLE convention)
+            committed = qs[i + 1] - qs[i] - int(rejected[i])
+            return last_hidden_states[qs[i] : qs[i] + committed]
+
+        def appended() -> int:  # what this rank committed: the guard compares it across ranks
+            return digest(*req_ids, total, sampled, rejected,
+                          last_sampled[:num_reqs].to("cpu", torch.int64))
+
+        drafts = self.drafting.step(reqs, set(input_batch.req_ids), appended, tokens,
+                                    features, num_speculative_tokens)
+        tokens_out = write_draft_logits(self.draft_logits, idx, drafts, temps)
         # requests still in prefill (nothing sampled) are handled by vLLM itself
-        valid = [(0 if d is None else d.depth) if s.num_sampled else self.depth
-                 for s, d in zip(steps, drafts, strict=True)]
+        valid = [(0 if d is None else d.depth) if r.num_sampled else self.depth
+                 for r, d in zip(reqs, drafts, strict=True)]
         self.num_valid[input_batch.idx_mapping] = torch.tensor(valid, dtype=torch.int32).to(
             self.device)
-        return tokens.to(self.device)
+        return tokens_out.to(self.device)

@@ -284,6 +284,22 @@ class DraftSession:
             out[i] = ans
         return out
 
+    def withdraw(self, req_ids: Collection[str]) -> None:
+        """The drafts the last ``step`` gave ``req_ids`` never reached the verifier (the
+        target's tensor-parallel guard dropped the step, ``specpair.vllm.drafting``): they
+        count as neither handed nor awaiting acceptance. The drafter's copy stays valid: its
+        next round reports 0 of them accepted."""
+        for rid in req_ids:
+            r = self._reqs.get(rid)
+            if r is None or not r.drafted:
+                continue
+            self.counters.drafted -= 1
+            self.counters.draft_tokens -= r.drafted
+            handed = self.counters.draft_tokens_by[r.mode]
+            for k in range(r.drafted):
+                handed[k] -= 1
+            r.drafted = 0
+
     def _count_accepted(self, r: _Req, sr: StepRequest) -> None:
         """Count the drafts of ``r`` handed to vLLM last step that the verifier accepted:
         ``num_sampled - 1`` of them (at most those handed), at positions 1, 2, ..."""
