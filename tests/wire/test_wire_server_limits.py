@@ -8,7 +8,8 @@ Real server on 127.0.0.1, real sockets, the loopback TrivialDrafter as handler:
   (RESYNC when asked again);
 - a round is handed to the handler in chunks (items and new tokens), answered whole and in
   order;
-- a frame over the server's frame limit is refused from its header.
+- a frame over the server's frame limit is refused from its header;
+- two targets' requests are held apart, each connection reported once when authenticated.
 """
 
 from __future__ import annotations
@@ -149,8 +150,10 @@ def test_a_frame_over_the_servers_limit_is_refused_from_its_header() -> None:
 
 def test_two_targets_with_the_same_request_ids_do_not_share_state() -> None:
     """Each target numbers its requests from 1: the handler must hold them apart, and one
-    target's close must not release the other's."""
-    with _server() as srv:
+    target's close must not release the other's. Each connection that passes the
+    handshake is reported once (the drafter's specpair_drafter_connections_total)."""
+    authenticated = []
+    with _server(on_authenticated=lambda: authenticated.append(1)) as srv:
         a, b = _connect(srv), _connect(srv)
         assert _ask(a, 1, _item(1, [1, 2, 3])).items[0].status == ItemStatus.OK
         assert _ask(b, 1, _item(1, [1, 7])).items[0].status == ItemStatus.OK
@@ -161,3 +164,4 @@ def test_two_targets_with_the_same_request_ids_do_not_share_state() -> None:
         time.sleep(0.2)  # a's close releases a's request 1 only
         assert _ask(b, 5, _item(1, [6], position=6)).items[0].status == ItemStatus.OK
         b.close()
+        assert authenticated == [1, 1]

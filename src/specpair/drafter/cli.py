@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
               frame_timeout_s=args.frame_timeout_s,
               max_requests_per_connection=args.max_requests_per_connection,
               chunk_items=args.chunk_items, chunk_tokens=args.chunk_tokens,
-              on_stalled=metrics.count_stalled)
+              on_stalled=metrics.count_stalled, on_authenticated=metrics.count_connection)
     finally:
         readiness.listening(None)
         stop_expiry.set()

@@ -2,7 +2,8 @@
 
 Counters: rounds, requests by status, drafted tokens, history disagreements,
 drafting failures (bugs: the request was answered REFUSED), requests evicted over
-``--max-requests`` and connections closed idle or stalled; a gauge of live
+``--max-requests``, target connections authenticated and connections closed idle or
+stalled; a gauge of live
 requests; a histogram of the time to answer one PROPOSE.
 ``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server,
 and ``GET /healthz``: 200 and a small JSON object once the draft model is
@@ -39,6 +40,7 @@ class Metrics:
         self.draft_failures = 0  # requests whose drafting raised (answered REFUSED; a bug)
         self.evicted = 0  # requests evicted least recently used over the live-request bound
         self.stalled = 0  # connections closed idle or mid-frame past their timeout
+        self.connections = 0  # target connections that passed the handshake
         self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # last one is +Inf
         self._sum = 0.0  # total seconds observed
 
@@ -65,6 +67,10 @@ class Metrics:
     def count_stalled(self) -> None:
         with self._lock:
             self.stalled += 1
+
+    def count_connection(self) -> None:
+        with self._lock:
+            self.connections += 1
 
     def set_live(self, live: int) -> None:
         with self._lock:
@@ -102,6 +108,10 @@ class Metrics:
                 "mid-frame past their timeout.",
                 f"# TYPE {p}stalled_connections_total counter",
                 f"{p}stalled_connections_total {self.stalled}",
+                f"# HELP {p}connections_total Target connections that passed the handshake "
+                "(a target opens one per engine, from its first tensor-parallel rank).",
+                f"# TYPE {p}connections_total counter",
+                f"{p}connections_total {self.connections}",
                 f"# HELP {p}live_requests Requests whose state the drafter holds.",
                 f"# TYPE {p}live_requests gauge",
                 f"{p}live_requests {self.live}",

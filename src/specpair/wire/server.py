@@ -136,7 +136,8 @@ class WireServer:
                  handshake_timeout_s: float = 5.0, idle_timeout_s: float = 300.0,
                  frame_timeout_s: float = 60.0, max_requests_per_connection: int = 2048,
                  chunk_items: int = 64, chunk_tokens: int = 512,
-                 on_stalled: Callable[[], None] | None = None) -> None:
+                 on_stalled: Callable[[], None] | None = None,
+                 on_authenticated: Callable[[], None] | None = None) -> None:
         self.handler = handler
         self.hello = hello
         self.key = auth.check_key(key)
@@ -149,6 +150,7 @@ class WireServer:
         self.max_requests_per_connection = max_requests_per_connection  # LRU past it
         self.chunk_items, self.chunk_tokens = chunk_items, chunk_tokens  # one handler call
         self._on_stalled = on_stalled  # called once per connection closed idle or stalled
+        self._on_authenticated = on_authenticated  # called once per connection authenticated
         self._ids = itertools.count(1)  # the handler's request ids, unique over connections
         self.stats = ServerStats()
         self._refusals = _Throttle(60.0)  # handshake refusals: one log line a minute at most
@@ -254,6 +256,8 @@ class WireServer:
                     writer.write(encode(ErrorFrame(ErrorCode.AUTH_FAILED, msg[:512])))
                 return
             self.stats.authenticated += 1
+            if self._on_authenticated is not None:
+                self._on_authenticated()
             queue: asyncio.Queue = asyncio.Queue(maxsize=self.queue_depth)
             worker = asyncio.create_task(self._work(queue, writer, seen))
             await self._read_loop(reader, writer, queue)
