@@ -73,9 +73,12 @@ def digest(*parts: bytes | str | int | torch.Tensor | None) -> int:
     h = hashlib.blake2b(digest_size=8)
     for p in parts:
         if isinstance(p, torch.Tensor):
-            t = p.detach().contiguous().cpu()
+            t = p.detach().cpu()
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+            # a fresh dense copy: a view of one element may keep any stride (contiguous()
+            # returns it as is), and reinterpreting bytes needs a unit stride
+            flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1))
+            h.update(flat.view(torch.uint8).numpy().tobytes())
         elif isinstance(p, str):
             h.update(p.encode() + b"\0")
         elif isinstance(p, int):
