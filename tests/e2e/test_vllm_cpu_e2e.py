@@ -6,8 +6,9 @@ subprocess: `tests/vllm_checks/probe.py`), drafter = `specpair drafter serve`
 over loopback TCP. Three engine runs, shared by the tests of this module:
 
 - REF: target-only vLLM (no speculative decoding), greedy + sampled;
-- SPEC: remote sampled speculation K=3, greedy + sampled, then the drafter is
-  SIGKILLed mid-run during a greedy batch;
+- SPEC: remote sampled speculation K=3, greedy + sampled, four identical seeded requests
+  beside four unseeded ones (twice), then the drafter is SIGKILLed mid-run during a greedy
+  batch;
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
   expand fix) excluded: the power control.
 
@@ -36,13 +37,18 @@ so N_NOFIX = 400 keeps the control's power ~1.
 
 from __future__ import annotations
 
-import os
-from types import SimpleNamespace
-
 import pytest
-from vllm_e2e_support import NEEDS_VLLM, Drafter, new_key_file, overlaid_vllm, probe
+from vllm_e2e_support import (
+    GREEDY_TOKENS,
+    N_SPEC,
+    NEEDS_VLLM,
+    PROMPTS,
+    SCHED_TOKENS,
+    Drafter,
+    overlaid_vllm,
+    probe,
+)
 
-from specpair.models.tiny import make_tiny
 from vllm_checks.twosample import per_index
 
 pytestmark = [
@@ -52,15 +58,9 @@ pytestmark = [
 
 ALPHA = 1e-6  # family-wise false-failure rate of the sampling check
 INDICES = (1, 2, 3)  # generated-token indices decided by the first verification step
-N_SPEC = int(os.environ.get("SPECPAIR_E2E_SAMPLES", "1200"))
 N_NOFIX = 400
-PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27], [40, 41],
-           [100, 7, 200, 9, 300]]
-GREEDY_TOKENS = 24
-REF_SEEDS = 1_000_000  # REF's seeds are disjoint from SPEC's: independent samples
 ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
 SCHEDULE = "schedule:3,0,2g,1"  # SCHED's depth (and g: greedy drafts) by round of each request
-SCHED_TOKENS = 8  # about four rounds of each request
 SCHED_INDICES = tuple(range(1, SCHED_TOKENS))
 SCHED_SEEDS = 2_000_000  # disjoint from REF's and SPEC's
 
@@ -72,11 +72,8 @@ def _report(name, r):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    return SimpleNamespace(root=root, pair=make_tiny(root / "tiny"),
-                           key=new_key_file(root / "key"),
-                           full=overlaid_vllm(root / "vllm-full"))
+def setup(tiny_setup):
+    return tiny_setup
 
 
 def _remote_env(setup, drafter):
@@ -85,12 +82,8 @@ def _remote_env(setup, drafter):
 
 
 @pytest.fixture(scope="module")
-def ref(setup):
-    r = probe(setup.full, setup.pair.target, setup.root / "ref.log", spec="none",
-              prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
-              sample_tokens=SCHED_TOKENS, seed_base=REF_SEEDS)
-    _report("ref", r)
-    return r
+def ref(target_only):
+    return target_only
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +115,8 @@ def runs(setup, ref):
                              prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4)
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
-                            sample_tokens=4, kill_pid=drafter.proc.pid, kill_after=4,
-                            kill_tokens=GREEDY_TOKENS)
+                            sample_tokens=4, repeat=4, kill_pid=drafter.proc.pid,
+                            kill_after=4, kill_tokens=GREEDY_TOKENS)
     finally:
         drafter.stop()
     for name, r in out.items():
@@ -190,6 +183,13 @@ def test_spec_decode_metrics_are_visible(runs):
     assert m["vllm:spec_decode_num_drafts"] > 0
     c = runs["spec"]["counters"]
     assert c["drafted"] > 0 and c["draft_tokens"] >= m["vllm:spec_decode_num_draft_tokens"]
+
+
+def test_identical_seeded_requests_give_one_completion(runs):
+    """Four identical seeded T = 1 requests beside four unseeded ones, twice, the adaptive
+    policy on: one completion (a seeded request's depths follow its own history only)."""
+    first, second = runs["spec"]["repeat"]
+    assert len({tuple(t) for t in first + second}) == 1
 
 
 def test_drafter_killed_mid_run_every_request_completes_target_only(runs):

@@ -13,12 +13,23 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
 - greedy: every prompt of --prompts at temperature 0, --greedy-tokens tokens;
 - sample: --samples requests of prompt 0 at temperature 1, seeds SEED_BASE + 0..N-1,
   --sample-tokens tokens each;
+- mixed: --mixed N UNSEEDED requests over the prompts (the OpenAI API's default), each with
+  one of several sampling laws (T = 1; T = 0.8 top-p 0.9; T = 1.3 top-k 20; greedy), one
+  batch, --mixed-tokens tokens each, with each emitted token's logprob (``logprobs=0``, raw:
+  the target's own log-softmax); with --fault-file, once per --fault-phases entry, the phase
+  written to that file first (tests/vllm_checks/tpfault reads it in every rank);
+- repeat: --repeat N identical requests (prompt 0, T = 1, seed --repeat-seed) beside N
+  unseeded ones, in one batch, twice (two batches): the completions, for reproducibility;
+- rescore: --rescore FILE (a JSON list of {"prompt", "tokens"}): each sequence's tokens'
+  logprobs as the target scores the whole sequence at once (``prompt_logprobs``);
 - kill: --kill-pid is SIGKILLed after --kill-after engine steps of a greedy
-  batch; every request must still finish.
+  batch (each request pinned to drafting K every round); every request must still finish.
 
 Speculative decoding: --spec remote uses specpair's remote drafter
 (custom_class specpair.vllm.v1.RemoteProposer; the drafter address comes from
-SPECPAIR_DRAFTER), --spec none runs the target alone.
+SPECPAIR_DRAFTER), --spec none runs the target alone. --tp N runs N tensor-parallel ranks
+(vLLM's multiprocess executor; set VLLM_CPU_OMP_THREADS_BIND, e.g. 0|1, one core a rank);
+the report then carries each rank's drafting state (``ranks``).
 """
 
 from __future__ import annotations
@@ -55,6 +66,50 @@ def _spec_metrics(llm) -> dict:  # noqa: ANN001
     return out
 
 
+# the mixed phase's sampling laws, in turn: (temperature, top_p, top_k)
+MIXED_LAWS = ((1.0, 1.0, 0), (0.8, 0.9, 0), (1.3, 1.0, 20), (0.0, 1.0, 0))
+
+
+def _rank_state(worker) -> dict:  # noqa: ANN001  (a vLLM worker; run on every rank)
+    from dataclasses import asdict
+
+    from vllm.distributed import get_tensor_model_parallel_rank
+
+    runner = worker.model_runner
+    proposer = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    d = getattr(proposer, "drafting", None)
+    out = {"rank": get_tensor_model_parallel_rank()}
+    if d is not None:
+        out |= {"steps": d.steps, "mismatches": d.rank_mismatches,
+                "source": d.source is not None, "metrics": d.metrics is not None,
+                "counters": asdict(d.remote.counters) if d.remote else None,
+                "chosen_depths": d.policy.chosen}
+    return out
+
+
+def _with_logprobs(outs, prompts) -> list[dict]:  # noqa: ANN001
+    got = []
+    for o, p in zip(outs, prompts, strict=True):
+        c = o.outputs[0]
+        got.append({"prompt": p, "tokens": list(c.token_ids),
+                    "logprobs": [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids,
+                                                                 strict=True)]})
+    return got
+
+
+def _mixed(llm, prompts: list[list[int]], n: int, tokens: int) -> list[dict]:  # noqa: ANN001
+    from vllm import SamplingParams
+
+    ps = [prompts[i % len(prompts)] for i in range(n)]
+    params = []
+    for i in range(n):
+        t, top_p, top_k = MIXED_LAWS[i % len(MIXED_LAWS)]
+        params.append(SamplingParams(temperature=t, top_p=top_p, top_k=top_k,
+                                     max_tokens=tokens, ignore_eos=True, logprobs=0))
+    outs = llm.generate([{"prompt_token_ids": p} for p in ps], params, use_tqdm=False)
+    return _with_logprobs(outs, ps)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python tests/vllm_checks/probe.py",
                                  description=__doc__.split("\n\n")[0])
@@ -68,10 +123,20 @@ def main() -> int:
     ap.add_argument("--seed-base", type=int, default=0,
                     help="sampled request i uses seed SEED_BASE + i (independent runs: "
                     "use disjoint ranges)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks")
+    ap.add_argument("--mixed", type=int, default=0)
+    ap.add_argument("--mixed-tokens", type=int, default=32)
+    ap.add_argument("--fault-file", default=None)
+    ap.add_argument("--fault-phases", default="none", help="comma-separated phase names")
+    ap.add_argument("--repeat", type=int, default=0)
+    ap.add_argument("--repeat-seed", type=int, default=7)
+    ap.add_argument("--rescore", default=None)
     ap.add_argument("--kill-pid", type=int, default=0)
     ap.add_argument("--kill-after", type=int, default=4)
     ap.add_argument("--kill-tokens", type=int, default=24)
     args = ap.parse_args()
+    if args.tp > 1:  # the ranks' state comes back through collective_rpc (a function)
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
     import vllm
     from vllm import LLM, SamplingParams
@@ -81,8 +146,11 @@ def main() -> int:
     if args.spec == "remote":
         spec = {"method": "custom_class", "model": "specpair.vllm.v1.RemoteProposer",
                 "num_speculative_tokens": args.depth}
+    tp = {} if args.tp == 1 else {"tensor_parallel_size": args.tp,
+                                  "distributed_executor_backend": "mp"}
     llm = LLM(model=args.model, dtype="float32", max_model_len=256, max_num_seqs=128,
-              enforce_eager=True, speculative_config=spec, disable_log_stats=False, seed=0)
+              enforce_eager=True, speculative_config=spec, disable_log_stats=False, seed=0,
+              **tp)
     report: dict = {"vllm_file": vllm.__file__, "start_s": time.perf_counter() - t0}
     prompts = [{"prompt_token_ids": p} for p in json.loads(args.prompts)]
 
@@ -103,10 +171,59 @@ def main() -> int:
         report["samples"] = [list(o.outputs[0].token_ids) for o in outs]
         report["sample_s"] = time.perf_counter() - t
 
+    if args.rescore:
+        t = time.perf_counter()
+        with open(args.rescore) as f:
+            seqs = json.load(f)
+        outs = llm.generate([{"prompt_token_ids": q["prompt"] + q["tokens"]} for q in seqs],
+                            SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
+        report["rescored"] = [
+            [o.prompt_logprobs[len(q["prompt"]) + j][tok].logprob
+             for j, tok in enumerate(q["tokens"])] for q, o in zip(seqs, outs, strict=True)]
+        report["rescore_s"] = time.perf_counter() - t
+
+    if args.mixed:
+        t = time.perf_counter()
+        report["mixed"] = {}
+        for phase in args.fault_phases.split(","):
+            if args.fault_file:
+                with open(args.fault_file, "w") as f:
+                    f.write(phase)
+            try:
+                report["mixed"][phase] = _mixed(llm, json.loads(args.prompts), args.mixed,
+                                                args.mixed_tokens)
+            except Exception as exc:  # the engine stopped (e.g. its ranks diverged)
+                report["stopped"] = {"phase": phase, "error": f"{type(exc).__name__}: {exc}"}
+                break
+            if args.tp > 1:
+                report.setdefault("ranks_by_phase", {})[phase] = llm.collective_rpc(_rank_state)
+        report["mixed_s"] = time.perf_counter() - t
+        if "stopped" in report:  # the engine is gone: nothing more to read from it
+            print(RESULT_MARK + json.dumps(report), flush=True)
+            return 0
+
+    if args.repeat:
+        t = time.perf_counter()
+        same = SamplingParams(temperature=1.0, max_tokens=args.mixed_tokens, ignore_eos=True,
+                              seed=args.repeat_seed)
+        other = SamplingParams(temperature=1.0, max_tokens=args.mixed_tokens, ignore_eos=True)
+        batch = [prompts[0]] * args.repeat + [prompts[i % len(prompts)]
+                                              for i in range(args.repeat)]
+        runs = []
+        for _ in range(2):
+            outs = llm.generate(batch, [same] * args.repeat + [other] * args.repeat,
+                                use_tqdm=False)
+            runs.append([list(o.outputs[0].token_ids) for o in outs[:args.repeat]])
+        report["repeat"] = runs
+        report["repeat_s"] = time.perf_counter() - t
+
     if args.kill_pid:
         t = time.perf_counter()
         engine = llm.llm_engine
-        sp = SamplingParams(temperature=0.0, max_tokens=args.kill_tokens, ignore_eos=True)
+        # pinned to K every round (the request's own policy setting): the rounds after the
+        # kill must ask the dead drafter whatever the adaptive policy would choose
+        sp = SamplingParams(temperature=0.0, max_tokens=args.kill_tokens, ignore_eos=True,
+                            extra_args={"specpair_depth_policy": "fixed"})
         for i, p in enumerate(prompts):
             engine.add_request(f"kill-{i}", p, sp)
         finished: dict[str, list[int]] = {}
@@ -124,7 +241,9 @@ def main() -> int:
         report["kill"] = [finished.get(f"kill-{i}") for i in range(len(prompts))]
         report["kill_s"] = time.perf_counter() - t
 
-    if args.spec == "remote":
+    if args.tp > 1:
+        report["ranks"] = llm.collective_rpc(_rank_state)
+    elif args.spec == "remote":
         from dataclasses import asdict
 
         from specpair.vllm.v1 import VERIFY_COUNTERS
@@ -133,7 +252,7 @@ def main() -> int:
         proposer = getattr(runner, "drafter", None) or runner.speculator
         remote = proposer.drafting.remote
         report["counters"] = asdict(remote.counters) if remote else None
-        report["chosen_depths"] = proposer.drafting.policy.chosen  # the depth policy's choices by k
+        report["chosen_depths"] = proposer.drafting.policy.chosen  # the policy's choices by k
         report["verify_counters"] = asdict(VERIFY_COUNTERS)
     report["spec_metrics"] = _spec_metrics(llm)
     print(RESULT_MARK + json.dumps(report), flush=True)  # vLLM logs to stdout too
