@@ -26,6 +26,8 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 # (what it breaks, text in the rules, its replacement)
 MUTATIONS = [
     ("disconnect waits 1 min", "for: 30s", "for: 1m"),
+    ("rank mismatch read as a level", "increase(specpair_rank_mismatch_total[10m]) > 0",
+     "specpair_rank_mismatch_total > 0"),
     ("missing threshold 10 %", "ratio_rate2m > 0.05", "ratio_rate2m > 0.10"),
     ("missing counts every outcome", 'rate(specpair_items_total{outcome="missing"}[2m])',
      "rate(specpair_items_total[2m])"),
@@ -67,7 +69,7 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
 
 def test_every_alert_is_shown_firing_and_not_firing() -> None:
     alerts = {r["alert"] for r in _rules() if "alert" in r}
-    assert alerts == {"SpecpairDrafterDisconnected", "SpecpairDraftsMissing",
+    assert alerts == {"SpecpairDrafterDisconnected", "SpecpairDraftsMissing", "SpecpairRankMismatch",
                       "SpecpairAcceptanceCollapsed", "SpecpairHealthFailed", "SpecpairGpuXid",
                       "SpecpairHealthCannotProbe", "SpecpairHealthStale"}
     cases = [c for t in yaml.safe_load(UNIT.read_text())["tests"]
