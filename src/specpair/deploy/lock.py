@@ -133,12 +133,16 @@ def holder_record(action: str, inventory: str, release: str | None) -> dict[str,
 def holding(directory: Path, names: list[str], holder: dict[str, Any],
             say: Any = None) -> Iterator[list[DeployLock]]:
     """Take every lock in `names` (sorted, so two runs never deadlock) or none; `say(text)` is
-    told of each stale holder taken over."""
+    told of each stale holder taken over. A lock directory that cannot be written is refused
+    as a DeployError naming it."""
     locks: list[DeployLock] = []
     try:
         for name in sorted(set(names)):
             lock = DeployLock(directory / f"{_safe(name)}.lock")
-            lock.acquire(holder)
+            try:
+                lock.acquire(holder)
+            except OSError as e:
+                raise DeployError(f"cannot take the deploy lock: {e}") from None
             locks.append(lock)
             if lock.took_over is not None and say is not None:
                 state = ("no longer running" if not _alive(lock.took_over.get("pid"))

@@ -12,8 +12,6 @@ read (roles/specpair_release/tasks/read.yml), which fails as cleanly.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +20,7 @@ from specpair.deploy.release import config_hash, parse_release
 from specpair.files import FileRefused, read_small
 from specpair.yamlio import excerpt
 
-__all__ = ["RecordError", "MAX_RECORD_BYTES", "check_record", "local_record_paths",
-           "check_local_records"]
+__all__ = ["RecordError", "MAX_RECORD_BYTES", "check_record", "check_local_records"]
 
 MAX_RECORD_BYTES = 1 << 20  # a record is two releases: a few kB
 _HINT = "restore it from a backup, or remove it to start with no recorded release"
@@ -69,59 +66,8 @@ def check_record(path: Path) -> None:
         raise RecordError(f"{e}; {_HINT}") from None
 
 
-def local_record_paths(inventory: Path, root: Path, extravars: dict[str, Any]
-                       ) -> list[tuple[str, Path]]:
-    """(host, release.json path) of every pair host this machine reaches locally.
-
-    Ansible's inventory API runs in a child process: importing Ansible patches interpreter
-    globals (``sys.intern``) that break a later torch import in the same process."""
-    args = json.dumps({"inventory": str(inventory), "root": str(root), "extravars": extravars})
-    run = subprocess.run([sys.executable, "-c", _CHILD], input=args, capture_output=True,
-                         text=True, timeout=120, check=False)
-    if run.returncode != 0:
-        lines = (run.stderr.strip() or f"exit {run.returncode}").splitlines()
-        raise DeployError(f"cannot read the inventory {inventory}: {excerpt(lines[-1])}")
-    return [(host, Path(path)) for host, path in json.loads(run.stdout)]
-
-
-_CHILD = """
-import json, sys
-from pathlib import Path
-from specpair.deploy.records import _paths_here
-a = json.loads(sys.stdin.read())
-print(json.dumps([(h, str(p)) for h, p in _paths_here(Path(a["inventory"]), Path(a["root"]),
-                                                      a["extravars"])]))
-"""
-
-
-def _paths_here(inventory: Path, root: Path, extravars: dict[str, Any]
-                ) -> list[tuple[str, Path]]:
-    """``local_record_paths`` in this process (the child's side)."""
-    from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    hosts = InventoryManager(loader=loader, sources=[str(inventory)])
-    variables = VariableManager(loader=loader, inventory=hosts)
-    out = []
-    for host in hosts.get_hosts("pair"):
-        hv = {**variables.get_vars(host=host), "playbook_dir": str(root / "playbooks"),
-              **extravars}
-        if hv.get("ansible_connection") != "local" or "specpair_release_state_dir" not in hv:
-            continue
-        try:
-            state = Templar(loader=loader, variables=hv).template(hv["specpair_release_state_dir"])
-        except AnsibleError:  # a value only the play can know: leave it to the play's check
-            continue
-        if isinstance(state, str) and "{{" not in state:
-            out.append((host.name, Path(state) / "release.json"))
-    return out
-
-
-def check_local_records(inventory: Path, root: Path, extravars: dict[str, Any]) -> None:
-    """Refuse a damaged release record on any pair host this machine reaches locally."""
-    for _host, path in local_record_paths(inventory, root, extravars):
+def check_local_records(hosts: list[tuple[str, Path]]) -> None:
+    """Refuse a damaged release record on any pair host this machine reaches locally: the
+    (host, release.json path) pairs of specpair.deploy.inventory's ``local_records``."""
+    for _host, path in hosts:
         check_record(path)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from specpair.deploy.errors import DeployError, InventoryError
+from specpair.deploy.errors import DeployError
 
-__all__ = ["RunResult", "repo_root", "resolve_inventory", "run_playbook", "Progress"]
+__all__ = ["RunResult", "repo_root", "run_playbook", "Progress"]
 
 
 def repo_root() -> Path:
@@ -32,18 +32,6 @@ def repo_root() -> Path:
         raise DeployError(f"no playbooks/deploy.yml under {root}: run from a specpair checkout "
                           "or set SPECPAIR_REPO")
     return root
-
-
-def resolve_inventory(name_or_path: str, root: Path) -> Path:
-    """inventories/<name> for a bare name (local, prod), else the given directory or file."""
-    p = Path(name_or_path)
-    bare = not (p.is_absolute() or os.sep in name_or_path)
-    candidates = [root / "inventories" / p, p] if bare else [p]
-    for c in candidates:
-        if (c.is_dir() and (c / "hosts.yml").is_file()) or c.is_file():
-            return c.resolve()
-    known = sorted(d.name for d in (root / "inventories").iterdir() if d.is_dir())
-    raise InventoryError(f"no inventory {name_or_path!r}: give one of {known} or a path")
 
 
 @dataclass(frozen=True)
