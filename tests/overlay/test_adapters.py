@@ -306,3 +306,51 @@ def test_v2_flags_the_drafts_past_the_depth_the_policy_chose(monkeypatch):
         assert drafts[0, valid:].eq(0).all() and torch.isneginf(spec.draft_logits[1, valid:]).all()
     assert [[it.depth for it in b] for b in spec.drafting.source.batches] == [[2]]
     assert spec.drafting.policy.chosen == [1, 0, 1, 0]
+
+
+def _observed_reproducible(drafting) -> dict[str, bool]:
+    """Wrap the depth policy's observe: request id -> the reproducible flag it was given."""
+    seen, observe = {}, drafting.policy.observe
+
+    def record(req_id, num_sampled, pin=None, law=(False, False), reproducible=False):
+        seen[req_id] = reproducible
+        return observe(req_id, num_sampled, pin, law, reproducible)
+
+    drafting.policy.observe = record
+    return seen
+
+
+def test_v1_and_v2_tell_the_policy_which_requests_their_users_seeded():
+    """A seeded request's depths follow its own history only (depth_policy): V1 reads the
+    seed from the sampling params; V2 from the sampler's seeds_set (patch 0002 hands the
+    speculator the sampling states: V2 draws a seed for every other request itself)."""
+    from specpair.vllm.v1 import propose_remote
+
+    proposer = v1_proposer()
+    proposer.drafting.source = FakeSource(["ok"])
+    seen = _observed_reproducible(proposer.drafting)
+
+    def req(seed):
+        return SimpleNamespace(sampling_params=SimpleNamespace(temperature=1.0, top_k=0,
+                                                               top_p=1.0, seed=seed))
+
+    runner = SimpleNamespace(
+        drafter=proposer, device=torch.device("cpu"),
+        requests={"seeded": req(7), "unseeded": req(None)},
+        input_batch=SimpleNamespace(req_ids=["seeded", "unseeded"],
+                                    token_ids_cpu=np.zeros((2, 16), dtype=np.int32),
+                                    num_tokens_no_spec=np.array([3, 3])))
+    propose_remote(runner, [[1], [1]])
+    assert seen == {"seeded": True, "unseeded": False}
+
+    for states, expected in ((SimpleNamespace(seeds_set=np.array([False, True, False, False])),
+                              {"x": False, "y": True}), (None, {"x": False, "y": False})):
+        spec, rs = v2_speculator()
+        spec.drafting.source = FakeSource(["ok"])
+        spec.sampling_states = states
+        seen = _observed_reproducible(spec.drafting)
+        rs.total_len.gpu[:2] = 3
+        spec.propose(v2_batch(["x", "y"], [0, 1], [0, 1, 2]), None, None, torch.zeros(6, 8),
+                     None, torch.tensor([1, 1]), torch.tensor([0, 0]), None, None,
+                     torch.ones(4), torch.arange(4))
+        assert seen == expected

@@ -1,72 +1,33 @@
 """The depth policy: per decode step, how many drafts (0..K) each request asks for.
 
-The one owner of that choice. Per step the V1 proposer and the V2 speculator tell it which
-requests run (``begin``) and what each committed (``observe``), ask for the step's depths
-(``depths``), and tell it what reached the verifier (``handed``) and how long the PROPOSE
-round took (``round_time``); docs/performance.md, "Adaptive policy". Modes
+The one owner of that choice. Per step the drafting protocol (``specpair.vllm.drafting``, on
+the drafting rank) tells it which requests run (``begin``) and what each committed
+(``observe``), asks for the step's depths (``depths``), and tells it what reached the
+verifier (``handed``) and how long the PROPOSE round took (``round_time``). Its reasoning,
+objective, estimates, probes and measurements are written once, in docs/performance.md,
+"Adaptive policy"; the constants below carry the names used there. Settings
 (``SPECPAIR_DEPTH_POLICY``, overlays/vllm/0.32.0/README.md):
 
-- ``adaptive`` (default): one depth d for the step's adaptive requests, maximizing the
-  step's expected tokens per second, sum_i E_i(d) / t(d) with
-  E_i(d) = 1 + sum_{j<=d} prod_{l<=j} a_{i,l} (Leviathan et al. 2023, 3.3). One depth for
-  the batch because the step costs what its deepest request costs (the drafter's round
-  runs d draft steps for the whole batch; verifying a few more tokens costs little), so a
-  request drafting less than the others saves nothing and loses the tokens it would have
-  kept. From RUNNING estimates:
-  - a_{i,j}, the chance that request i's draft j is accepted once drafts 1..j-1 were:
-    counted per request from earlier rounds' accepted counts, shrunk, for j = 1, towards
-    the engine-wide counts of requests drafted under the same law (greedy or sampled,
-    truncated or not: a greedy request's a_1 says little of a sampled one's), and for
-    deeper positions towards a fixed prior (``_acceptance`` says why);
-  - t(d), the step time: the time between successive steps, split into the PROPOSE round
-    as the session timed it (drafter + wire; none at d = 0) and the rest (the target's
-    verify of 1 + d tokens, vLLM's own work), each a decayed least-squares fit a + b*d
-    against the step's largest depth, kept per batch size (1, 2, 4, 8, ... requests: four
-    requests' round and verify cost more than one's). A step in which a request joined is
-    not timed (its gap holds that request's prefill), nor the round it joined in (that
-    round carries its prompt to the drafter): one-off costs of a request, not of a depth.
-  d = 0 (target-only) when no d > 0 beats it. A probe step drafts one more than the best
-  d (1 from 0; K - 1 from K), so an engine that stopped drafting can come back and the fits
-  see two depths: every ``probe_every`` adaptive steps while drafting, at gaps doubling
-  up to PROBE_MAX steps while at 0.
-  The drafting mode, per request (``greedy``), where the drafter serves both
-  (``depths(greedy_items=True)``: a SAMPLED drafter that declared POINT_MASS) and the
-  request samples (at temperature 0 a sampled draft is the argmax already): its sampling
-  law's choice, argmax drafts once the law's greedy rounds (at least _MODE_EVIDENCE) have
-  accepted their first draft more often than its sampled rounds' estimated a_1 (the round
-  costs the same either way; the engine-wide counts are kept per law and mode, and a
-  request's own counts per mode). The mode not chosen is tried by one request of the law at
-  gaps doubling from ``probe_every`` to PROBE_MAX adaptive steps (back to ``probe_every``
-  when the law's choice changes), so its counts follow the drafts.
-- ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given).
-- ``off``: never draft (every step target-only).
-- ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (a deterministic
-  schedule for tests and diagnosis).
+- ``adaptive`` (default): one depth d for the step's adaptive requests, the one maximizing
+  the step's expected tokens per second from earlier rounds' accepted counts and step times
+  (d = 0, target-only, when no d > 0 beats it), with probes one depth off; greedy or
+  sampled drafts per sampling law where the drafter serves both;
+- ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given);
+- ``off``: never draft (every step target-only);
+- ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (tests and diagnosis).
 A depth written with a ``g`` (``fixed:3g``, ``schedule:3,0,2g,1``) asks for argmax drafts in
-those rounds, where the drafter serves them (else the drafter's own mode); without it, the
-drafter's own mode.
+those rounds where the drafter serves them; without it, the drafter's own mode.
 
-A request whose user set its seed (``observe``'s ``reproducible``; V1 sees the seed, V2 does
-not) must get the same completion every time, whatever runs beside it: the verifier's
-draws follow the depths, so its depths may follow nothing but its own history. Under
-``adaptive`` it gets its own depth each round, the d maximizing E(d) / t(d) from its own
-accepted counts (each a_j shrunk towards the fixed prior, never the engine's) and a fixed
-step-cost model, t(0) = 1 and t(d) = 1 + OWN_ROUND + OWN_DRAFT * d (in target steps), with a
-probe one depth off every ``probe_every`` of its own rounds; drafts of the drafter's own
-mode. Its rounds teach the engine-wide counts and the step fits like any adaptive
-request's; the others choose their depth for the step as it will cost (no less than its).
+A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
+sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
+accepted counts shrunk to the fixed prior, the fixed step-cost model OWN_ROUND / OWN_DRAFT,
+a probe every ``probe_every`` of its own rounds), so its completion is the same whatever runs
+beside it. One request may carry its own setting (``PIN_ARG`` in its sampling params'
+extra_args); a pinned request is outside the adaptive estimates, and a value that does not
+parse is logged once and ignored.
 
-One request may carry its own setting (V1: ``vllm_xargs={"specpair_depth_policy": ...}``,
-``PIN_ARG``), any of the values above. A request pinned that way, or run by a pinned engine
-setting, is outside the adaptive estimates: its rounds teach neither the acceptance counts
-nor the step-time fits (a step with any such request is not timed), and the adaptive
-requests beside it choose their depth for the step as it will cost (no less than the
-pinned ones'). A value that does not parse is logged once for the request and ignored (the
-engine's setting applies): one bad request never stops the others.
-
-Every choice is a function of earlier rounds only (accepted counts and step times already
-seen), never of the current round's draws: the verifier's test is exact for any proposal
-length and drafting mode chosen that way.
+Every choice is a function of earlier rounds only, never of the current round's draws: the
+verifier's test is exact for any proposal length and drafting mode chosen that way.
 """
 
 from __future__ import annotations

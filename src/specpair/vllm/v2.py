@@ -20,15 +20,18 @@ V2's ``RejectionSampler._verify`` runs ``Sampler.apply_sampling_params`` on the
 target logits without ``skip_top_k_top_p``, so the p it verifies against already
 has the request's logits processors, temperature, min-p, top-k and top-p applied,
 and the output follows that p for any q that is the exact law of the draws. But a
-V2 speculator never sees top-k / top-p: ``model_runner.py`` passes ``propose`` only
-``sampling_states.temperature`` and ``.seeds``, ``init_speculator`` builds the
-speculator before the sampler that owns those states, and ``RequestState`` holds no
+V2 speculator is not shown top-k / top-p: ``model_runner.py`` passes ``propose`` only
+``sampling_states.temperature`` and ``.seeds``, and ``RequestState`` holds no
 sampling params (vLLM's own ``DraftModelSpeculator`` drafts at the temperature
 alone for the same reason, ``speculator.py`` ``_copy_request_inputs``). So the
 drafter draws from the untruncated law at the request's temperature and ships that
 q exactly: the output law is unchanged; a draft outside p's support is always
-rejected, so acceptance may be lower. Passing the real values would need patch
-0002 to hand the speculator the sampler's states (a new hunk and new pins).
+rejected, so acceptance may be lower. Patch 0002 hands the speculator the sampler's
+states once the sampler exists (``sampling_states``), read for one thing only: which
+requests' seeds their users set (``seeds_set``; V2 draws a seed for every other
+request), so a seeded request's depths follow its own history (its completion is then
+reproducible, specpair.vllm.depth_policy). Its top-k / top-p are there too, for a
+later change that drafts with them.
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class RemoteSpeculator:
         # [max_num_reqs] int32: leading drafts of the request backed by q (0 = MISSING)
         self.num_valid = torch.full((max_reqs,), self.depth, dtype=torch.int32, device=device)
         self.pcp_manager = None
+        self.sampling_states: Any = None  # the sampler's, handed over by patch 0002
         self.drafting = Drafting(self.depth, self.vocab_size,
                                  int(vllm_config.model_config.max_model_len),
                                  vllm_config.model_config.tokenizer)
@@ -170,11 +174,13 @@ class RemoteSpeculator:
         seed_list = seeds[input_batch.idx_mapping].cpu().tolist()
         qs = input_batch.query_start_loc_np.tolist()
         req_ids = input_batch.req_ids[:num_reqs]
-        # top-k / top-p off: V2 does not show them to speculators (module docstring); V2
-        # draws a seed for every request and does not tell the speculator which ones a user
-        # set, so none is held to a reproducible depth here
+        # which seeds users set (V2 draws one for every other request): those requests'
+        # depths follow their own history only
+        ss = self.sampling_states
+        user_seeded = ss.seeds_set[idx].tolist() if ss is not None else [False] * num_reqs
+        # top-k / top-p off: V2 does not show them to speculators (module docstring)
         reqs = [RequestStep(req_id, int(total[i]), int(sampled[i]), float(temps[i]), 0, 1.0,
-                            int(seed_list[i]))
+                            int(seed_list[i]), reproducible=bool(user_seeded[i]))
                 for i, req_id in enumerate(req_ids)]
 
         def tokens(i: int, start: int, n: int) -> torch.Tensor:
