@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specpair.errors import SpecpairError
 
-__all__ = ["DeployError", "ReleaseError", "InventoryError", "ImageNotFound"]
+__all__ = ["DeployError", "ReleaseError", "InventoryError", "ImageNotFound", "RecordsDisagree"]
 
 
 class DeployError(SpecpairError):
@@ -21,3 +21,7 @@ class InventoryError(DeployError, ValueError):
 
 class ImageNotFound(DeployError):
     """A release image reference is not present in the local Docker engine."""
+
+
+class RecordsDisagree(DeployError):
+    """The hosts' release records disagree and no interrupted move explains it."""
