@@ -1,5 +1,5 @@
-"""`specpair health --inventory INV --json` carries each host's verdict and findings (issue 16,
-item 6; it printed summary: null): from a stubbed run's health.json, and from a real
+"""`specpair health --inventory INV --json` carries each host's verdict and findings (a machine
+reading it once got summary: null): from a stubbed run's health.json, and from a real
 ansible-runner run of playbooks/health.yml on inventories/local (no GPU here: every host
 cannot probe, which this inventory skips)."""
 

@@ -1,7 +1,9 @@
-"""One run at a time, honest exit codes, and a CLI that owns its Ansible run (issue 16, items
-1, 3 and 4): the deploy lock (specpair.deploy.lock) refuses a second run at once naming the
-holder and takes over a stale one; a play that exits 0 on a pair the summary calls
-inconsistent is a failure; SIGTERM to `specpair gates` ends ansible-playbook within seconds.
+"""One run at a time, honest exit codes, and a CLI that owns its Ansible run (two runs on one
+pair, an exit 0 for a broken pair, or an ansible-playbook still running after its CLI was
+stopped, would each leave the pair split unseen): the deploy lock (specpair.deploy.lock)
+refuses a second run at once naming the holder and takes over a stale one; a play that exits
+0 on a pair the summary calls inconsistent is a failure; SIGTERM to `specpair gates` ends
+ansible-playbook within seconds.
 
 The concurrent and SIGTERM tests are real: `python -m specpair` subprocesses and a real
 ansible-runner run of a playbook that sleeps (a stand-in playbooks/gates.yml in a copy of the

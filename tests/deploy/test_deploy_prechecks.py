@@ -1,10 +1,11 @@
-"""What `specpair deploy | rollback | restore | gates | release` refuse before Ansible starts
-(issue 12, finding 9): an unknown release name (it said only "Unknown error", exit 1), a damaged
-release record on a host this machine reaches locally (it surfaced Ansible's filter text), a
-garbage inventory file, and a release config holding a date, binary data, a non-string key or
-NaN (a TypeError, or NaN hashed). No Docker; the playbook is never started (run_playbook is
-replaced by a stub that fails the test), except in the last test, which runs the real read of
-the release record and stops there."""
+"""What `specpair deploy | rollback | restore | gates | release` refuse before Ansible starts,
+in one line naming what is wrong, where Ansible's own failure said little: an unknown release
+name (it said only "Unknown error", exit 1), a damaged release record on a host this machine
+reaches locally (it surfaced Ansible's filter text), a garbage inventory file, and a release
+config holding a date, binary data, a non-string key or NaN (a TypeError, or NaN hashed). No
+Docker; the playbook is never started (run_playbook is replaced by a stub that fails the
+test), except in the last test, which runs the real read of the release record and stops
+there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Deploy as a transaction (issue 16, items 2 and 5) on real Docker with the stand-in pair
+"""Deploy as a transaction (a kill at any point is finished by the next run, and the half-pair
+window is as short as the order allows) on real Docker with the stand-in pair
 (tests/deploy/standin.py). First one clean deploy measures the half-pair window from Docker's
 events and checks the order of apply-pair (the old pair gone before the new drafter starts,
 the drafter healthy before the target starts). Then for EVERY kill point of a deploy

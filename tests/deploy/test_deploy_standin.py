@@ -1,4 +1,5 @@
-"""The real playbooks on the local Docker engine with a stand-in pair (issue 16, items 1 and 3):
+"""The real playbooks on the local Docker engine with a stand-in pair (the lock, the exit codes
+and the rescue's failures checked against real containers, without specpair's images):
 a busybox image built here with `docker import` (no specpair image needed) serves /health over
 httpd on host networking as both target and drafter, through a copy of inventories/local that
 points the service role at it (no smoke completion, no in-image gates: the stand-in has none).
