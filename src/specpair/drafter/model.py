@@ -43,7 +43,7 @@ from specpair.drafter.kv import KV
 from specpair.drafter.llama_forward import LlamaForward
 from specpair.wire.frames import FeatureSpec
 
-__all__ = ["Row", "DraftSession", "DraftModel", "HFDraftModel", "HFForward", "cache_length"]
+__all__ = ["Row", "DraftForward", "DraftModel", "HFDraftModel", "HFForward", "cache_length"]
 
 _MASK_SPARE = 32  # mask columns allocated for draft steps (docs/wire.md: K <= 32)
 
@@ -58,7 +58,9 @@ class Row:
     features: torch.Tensor | None  # [n, width] target features of ``tokens``, or None
 
 
-class DraftSession(Protocol):
+class DraftForward(Protocol):
+    """One batched forward in progress: the rows begun together, stepped one token a row."""
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row ([B] int64); logits [B, V] of the next position."""
 
@@ -71,8 +73,8 @@ class DraftModel(Protocol):
     max_positions: int  # positions the model can attend over
     feature_spec: FeatureSpec | None  # target features it needs (None: none)
 
-    def begin(self, rows: Sequence[Row]) -> tuple[DraftSession, torch.Tensor]:
-        """Feed every row's tokens in one forward; (session, logits [B, V] after each row)."""
+    def begin(self, rows: Sequence[Row]) -> tuple[DraftForward, torch.Tensor]:
+        """Feed every row's tokens in one forward; (the forward, logits [B, V] after each row)."""
 
     def crop(self, cache: Any, length: int) -> Any:
         """The cache of the first ``length`` tokens (may modify ``cache`` in place)."""
