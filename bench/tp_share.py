@@ -41,19 +41,18 @@ class _Timed:
         self.group, self.rank, self.size = group, group.rank, group.size
         self.spent = {"share": 0.0, "agree": 0.0}
 
-    def share(self, obj):
+    def _timed(self, key: str, call):
         t = time.perf_counter()
         try:
-            return self.group.share(obj)
+            return call()
         finally:
-            self.spent["share"] += time.perf_counter() - t
+            self.spent[key] += time.perf_counter() - t
+
+    def share(self, obj):
+        return self._timed("share", lambda: self.group.share(obj))
 
     def agree(self, digests):
-        t = time.perf_counter()
-        try:
-            return self.group.agree(digests)
-        finally:
-            self.spent["agree"] += time.perf_counter() - t
+        return self._timed("agree", lambda: self.group.agree(digests))
 
 
 def _drafting(group, b: int) -> Drafting:
