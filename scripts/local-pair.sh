@@ -4,7 +4,10 @@
 # Usage: scripts/local-pair.sh up     build the missing images, start the pair, wait for health,
 #                                     send one real completion, print vLLM's acceptance figures
 #        scripts/local-pair.sh down   stop and remove the pair
-# Environment: SPECPAIR_TARGET_PORT [8360], SPECPAIR_DRAFTER_PORT [7360],
+# Environment: SPECPAIR_TP [1]: 2 runs the target as production does, two tensor-parallel ranks
+#   as two containers, rank 1 headless (compose/local-cpu-tp2.yml over compose/local-cpu.yml;
+#   one core a rank: slower than TP = 1 on a 2-core box, the production shape), with
+#   SPECPAIR_MASTER_PORT [7361] their rendezvous; SPECPAIR_TARGET_PORT [8360], SPECPAIR_DRAFTER_PORT [7360],
 #   SPECPAIR_METRICS_PORT [9360], SPECPAIR_DEPTH [3], UP_TIMEOUT_S [300],
 #   SPECPAIR_PROJECT [specpair-local] (the compose project: another name, other ports and
 #   another SPECPAIR_KEY_FILE run a second pair beside the first, as tests/images/
@@ -17,7 +20,14 @@ cd "$(dirname "$0")/.."
 
 cmd=${1:?usage: scripts/local-pair.sh up|down}
 project=${SPECPAIR_PROJECT:-specpair-local}
-compose_file=compose/local-cpu.yml
+tp=${SPECPAIR_TP:-1}
+case "$tp" in
+  1) compose_files=(--file compose/local-cpu.yml); services=(drafter target) ;;
+  2) compose_files=(--file compose/local-cpu.yml --file compose/local-cpu-tp2.yml)
+     services=(drafter target target-worker) ;;
+  *) echo "error: SPECPAIR_TP='$tp': expected 1 or 2 (the target's tensor-parallel ranks)" >&2
+     exit 2 ;;
+esac
 export SPECPAIR_KEY_FILE=${SPECPAIR_KEY_FILE:-$PWD/build/up/specpair.key}
 export SPECPAIR_TARGET_PORT=${SPECPAIR_TARGET_PORT:-8360}
 export SPECPAIR_DRAFTER_PORT=${SPECPAIR_DRAFTER_PORT:-7360}
@@ -26,7 +36,7 @@ export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
 # compose/local-cpu.yml names the images by the one tag scheme (scripts/image-tag.sh).
 SPECPAIR_VERSION=$(scripts/image-tag.sh --version)
 export SPECPAIR_VERSION
-compose() { docker-compose --project-name "$project" --file "$compose_file" "$@"; }
+compose() { docker-compose --project-name "$project" "${compose_files[@]}" "$@"; }
 
 # step NAME CMD...: run CMD (stderr merged into stdout), passing its output through; after 10 s
 # without a line, print how long the step has run, again every 10 s; then NAME's time.
@@ -64,6 +74,8 @@ case "$cmd" in
       exit 0
     fi
     [ -f "$SPECPAIR_KEY_FILE" ] || SPECPAIR_KEY_FILE=/dev/null  # compose needs a value to parse
+    # the worker's file too, whatever TP the pair was started with: down removes every rank
+    compose_files=(--file compose/local-cpu.yml --file compose/local-cpu-tp2.yml)
     step "stop the pair" compose down --timeout 10
     exit 0 ;;
   up) ;;
@@ -92,10 +104,10 @@ if [ -n "$(find "$SPECPAIR_KEY_FILE" -perm /077)" ]; then  # the drafter and tar
   echo ">> $SPECPAIR_KEY_FILE was readable by others: now mode 0600"
 fi
 
-echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT;" \
-  "compose waits for the drafter's /healthz before it starts the target)"
+echo ">> starting the pair (drafter :$SPECPAIR_DRAFTER_PORT, target :$SPECPAIR_TARGET_PORT," \
+  "tensor parallelism $tp; compose waits for the drafter's /healthz before it starts the target)"
 t_pair=$(date +%s.%N)
-step "start the pair" compose up --detach
+step "start the pair" compose up --detach --remove-orphans
 fail() {
   compose ps
   compose logs --no-color --tail 40
@@ -105,10 +117,12 @@ fail() {
 # Both services restart unless stopped (compose/local-cpu.yml): a service that restarts while
 # the pair comes up is crash-looping, a failure like one that exits.
 # The containers, looked up once (a restart keeps its container; docker-compose is slow to ask).
-declare -A cid=([drafter]=$(compose ps -q drafter) [target]=$(compose ps -q target))
+declare -A cid=()
+for svc in "${services[@]}"; do cid[$svc]=$(compose ps -q "$svc"); done
 restarts() { docker inspect --format '{{.RestartCount}}' "${cid[$1]}" 2>/dev/null || echo 0; }
 health() { docker inspect --format '{{.State.Health.Status}}' "${cid[$1]}" 2>/dev/null || echo gone; }
-declare -A restarts0=([drafter]=$(restarts drafter) [target]=$(restarts target))
+declare -A restarts0=()
+for svc in "${services[@]}"; do restarts0[$svc]=$(restarts "$svc"); done
 # The health wait: its figures count from the start of the wait (and of the pair's start),
 # however many probes it took.
 t_wait=$SECONDS
@@ -116,7 +130,7 @@ deadline=$(( SECONDS + ${UP_TIMEOUT_S:-300} ))
 next=$(( SECONDS + 10 ))
 until python3 scripts/local_pair_report.py wait --port "$SPECPAIR_TARGET_PORT" --timeout 4 \
       --since "$t_pair" 2>/dev/null; do
-  for svc in drafter target; do
+  for svc in "${services[@]}"; do
     state=$(docker inspect --format '{{.State.Status}}' "${cid[$svc]}" 2>/dev/null || true)
     [ "$state" = running ] || fail "the $svc container is ${state:-gone}"
     n=$(restarts "$svc")
@@ -136,4 +150,5 @@ step "one completion" python3 scripts/local_pair_report.py complete \
   --port "$SPECPAIR_TARGET_PORT" --drafter-metrics-port "$SPECPAIR_METRICS_PORT"
 summary=$(printf '%s, ' "${steps[@]}")
 echo ">> step times: ${summary%, }; total $((SECONDS - t_up))s"
-echo ">> the pair is up: http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"tiny\"); make down stops it"
+echo ">> the pair is up (target at tensor parallelism $tp):" \
+  "http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"tiny\"); make down stops it"

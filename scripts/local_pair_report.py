@@ -6,8 +6,12 @@
             of which this call may be one of many), else from its own start
   complete  send one real completion (temperature 1, seeded), then print the text and vLLM's
             speculative-decoding figures from /metrics: drafts, draft tokens, accepted tokens,
-            acceptance rate, mean accepted length per round, accepted per draft position.
-            Exit 1 if no draft token was proposed (the pair is not speculating).
+            acceptance rate, mean accepted length per round, accepted per draft position, and
+            specpair's own accepted count per position beside vLLM's (they must be equal, at
+            any tensor parallelism); then REPEAT identical seeded requests at once, which must
+            give one completion (a seeded request is reproducible whatever runs beside it).
+            Exit 1 if no draft token was proposed (the pair is not speculating), the accepted
+            counts differ, or the seeded requests differ.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,16 +65,53 @@ def spec_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> int:
+def _completion(port: int, max_tokens: int, seed: int) -> dict:
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
-            "seed": 0}
+            "seed": seed}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=COMPLETION_TIMEOUT_S) as r:
+        return json.loads(r.read())
+
+
+def specpair_accepted(text: str) -> dict[int, float]:
+    """specpair_accepted_drafts_total by draft position (1..K), summed over modes."""
+    out: dict[int, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'^specpair_accepted_drafts_total\{[^}]*position="(\d+)"[^}]*\} (\S+)$',
+                     line)
+        if m:
+            out[int(m.group(1))] = out.get(int(m.group(1)), 0.0) + float(m.group(2))
+    return out
+
+
+def repeat_seeded(port: int, max_tokens: int, n: int) -> int:
+    """n identical seeded requests at once: 0 when they give one completion."""
+    texts: list[str | None] = [None] * n
+
+    def one(i: int) -> None:
+        texts[i] = _completion(port, max_tokens, 7)["choices"][0]["text"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    distinct = len(set(texts))
+    print(f">> {n} identical requests at once (temperature 1, seed 7): {distinct} distinct "
+          f"completion(s)")
+    if None in texts or distinct != 1:
+        print("error: identical seeded requests gave different completions", file=sys.stderr)
+        return 1
+    return 0
+
+
+def complete(port: int, drafter_metrics_port: int | None, max_tokens: int,
+             repeat: int = 4) -> int:
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=COMPLETION_TIMEOUT_S) as r:
-            answer = json.loads(r.read())
+        answer = _completion(port, max_tokens, 0)
     except (urllib.error.URLError, OSError, ValueError) as err:  # timeouts are OSErrors
         print(f"error: the completion failed after {time.monotonic() - t0:.0f}s: {err}",
               file=sys.stderr)
@@ -80,7 +122,8 @@ def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> in
           f"temperature 1, seed 0):")
     print(f"   prompt: {PROMPT!r}")
     print(f"   output: {choice['text']!r}")
-    m = spec_metrics(_get(f"http://127.0.0.1:{port}/metrics"))
+    page = _get(f"http://127.0.0.1:{port}/metrics")
+    m = spec_metrics(page)
     drafts = m.get("vllm:spec_decode_num_drafts_total", 0.0)
     drafted = m.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
     accepted = m.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
@@ -108,7 +151,19 @@ def complete(port: int, drafter_metrics_port: int | None, max_tokens: int) -> in
         print("error: the target proposed no draft tokens: remote drafting is not working",
               file=sys.stderr)
         return 1
-    return 0
+    ours = specpair_accepted(page)
+    theirs = {int(k.rsplit("[", 1)[1][:-1]) + 1: v for k, v in per_pos}
+    print(f">> specpair's accepted by position {dict(sorted(ours.items()))}, vLLM's "
+          f"{dict(sorted(theirs.items()))}")
+    if ours != theirs:
+        print("error: specpair's accepted drafts differ from vLLM's: a round counted twice or "
+              "not at all", file=sys.stderr)
+        return 1
+    try:
+        return repeat_seeded(port, max_tokens, repeat) if repeat else 0
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        print(f"error: a seeded completion failed: {err}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--drafter-metrics-port", type=int, default=None)
     c.add_argument("--max-tokens", type=int, default=48)
+    c.add_argument("--repeat", type=int, default=4,
+                   help="identical seeded requests sent at once after the first (0: none)")
     args = parser.parse_args(argv)
     if args.cmd == "wait":
         return wait(args.port, args.timeout, args.since)
-    return complete(args.port, args.drafter_metrics_port, args.max_tokens)
+    return complete(args.port, args.drafter_metrics_port, args.max_tokens, args.repeat)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,15 @@ def test_created_gauges_are_not_counted(pair_report):
     assert not any("created" in k for k in m)
 
 
+def test_specpairs_accepted_are_summed_over_modes_per_position(pair_report):
+    text = METRICS + (
+        'specpair_accepted_drafts_total{mode="sampled",position="1"} 12.0\n'
+        'specpair_accepted_drafts_total{mode="greedy",position="1"} 3.0\n'
+        'specpair_accepted_drafts_total{mode="sampled",position="2"} 10.0\n'
+        'specpair_accepted_drafts_created{mode="sampled",position="2"} 1.79e9\n')
+    assert pair_report.specpair_accepted(text) == {1: 15.0, 2: 10.0}
+
+
 def test_must_fail_names_the_gate_that_has_to_catch_the_bug(gates_report, tmp_path):
     cases = gates_report.read_cases(_xml(tmp_path, ("test_attestation_gate", "failed"),
                                          ("test_vllm_sampling_gate", "passed")))

@@ -19,7 +19,11 @@ VERSION = re.search(r'(?m)^version = "([^"]+)"$', (ROOT / "pyproject.toml").read
 COMPOSE = {"x86host.yml": [("drafter", "drafter", "rtx3090")],
            "sparkhead.yml": [("target", "target", "gb10")],
            "sparkworker.yml": [("target-worker", "target", "gb10")],
-           "local-cpu.yml": [("drafter", "drafter", "cpu"), ("target", "target", "cpu")]}
+           "local-cpu.yml": [("drafter", "drafter", "cpu"), ("target", "target", "cpu")],
+           # make up TP=2: the override over the local pair (files joined by "+")
+           "local-cpu.yml+local-cpu-tp2.yml": [("drafter", "drafter", "cpu"),
+                                               ("target", "target", "cpu"),
+                                               ("target-worker", "target", "cpu")]}
 
 
 def _tag(*args: str) -> subprocess.CompletedProcess:
@@ -78,7 +82,8 @@ def test_compose_names_the_tags_make_image_gives(name, tmp_path):
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "SPECPAIR_KEY_FILE": str(key),
            "SPECPAIR_VERSION": _tag("--version").stdout.strip(), "SPARKHEAD_ADDR": "10.0.0.1",
            "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360"}
-    proc = subprocess.run(["docker-compose", "-f", str(ROOT / "compose" / name), "config"],
+    files = [arg for f in name.split("+") for arg in ("-f", str(ROOT / "compose" / f))]
+    proc = subprocess.run(["docker-compose", *files, "config"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     services = yaml.safe_load(proc.stdout)["services"]

@@ -1,62 +1,70 @@
-"""The production target's two ranks (rank 0 serving the API, rank 1 headless), as compose
-starts them (compose/sparkhead.yml, sparkworker.yml) and as the deploy roles do
-(inventories/prod/group_vars/sparkhead.yml, sparkworker.yml), describe one engine: each node
-builds its workers from its own arguments, so the model, the tensor parallelism, the nodes and
-the speculative config must be the same words on both (a worker without the speculative config
-would not verify the drafts rank 0 shares).
-Only rank 0 talks to the drafter."""
+"""The target's two tensor-parallel ranks (rank 0 serving the API, rank 1 headless) describe one
+engine wherever they are started: by compose in production (compose/sparkhead.yml,
+sparkworker.yml), by the deploy roles (inventories/prod/group_vars/sparkhead.yml,
+sparkworker.yml) and by `make up TP=2` (compose/local-cpu.yml with compose/local-cpu-tp2.yml).
+Each node builds its workers from its own arguments, so the model, the tensor parallelism, the
+nodes, the rendezvous and the speculative config must be the same words on both (a worker
+without the speculative config would not verify the drafts rank 0 shares). Only rank 0 talks
+to the drafter."""
 
 from __future__ import annotations
 
 import shlex
 
+import pytest
 import yaml
 
 from .conftest import ROOT
 
 SAME = ("--tensor-parallel-size", "--nnodes", "--master-addr", "--speculative-config")
+LOCAL_SAME = (*SAME, "--master-port", "--dtype", "--max-model-len", "--max-num-seqs", "--seed")
+SERVE = (["vllm", "serve"], ["python", "-m", "specpair.vllm.serve"])
 
 
-def _service(name: str, service: str) -> dict:
-    return yaml.safe_load((ROOT / "compose" / name).read_text())["services"][service]
+def _compose(name: str) -> dict:
+    return yaml.safe_load((ROOT / "compose" / name).read_text())["services"]
 
 
-def _args(service: dict) -> tuple[list[str], dict[str, str]]:
-    words = shlex.split(service["command"])
-    assert words[:2] == ["vllm", "serve"], words
+def _parse(words: list[str]) -> tuple[str, dict[str, str]]:
+    """(the model, {flag: value or ""}) of a `vllm serve` command line."""
+    prog = next(p for p in SERVE if words[:len(p)] == p)
+    words = words[len(prog):]
     flags = {w: words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--")
              else "" for i, w in enumerate(words) if w.startswith("--")}
-    return words, flags
+    return words[0], flags
 
 
-def test_both_ranks_describe_one_engine():
-    head_words, head = _args(_service("sparkhead.yml", "target"))
-    worker_words, worker = _args(_service("sparkworker.yml", "target-worker"))
-    assert head_words[2] == worker_words[2]  # the model
-    for flag in SAME:
+def _inventory(host: str) -> tuple[str, dict[str, str]]:
+    gv = yaml.safe_load((ROOT / "inventories" / "prod" / "group_vars" / f"{host}.yml").read_text())
+    return _parse([str(w).strip() for w in gv["specpair_service_command"]])
+
+
+def _ranks(where: str):
+    if where == "compose":
+        return (_parse(shlex.split(_compose("sparkhead.yml")["target"]["command"])),
+                _parse(shlex.split(_compose("sparkworker.yml")["target-worker"]["command"])),
+                SAME)
+    if where == "deploy roles":
+        return _inventory("sparkhead"), _inventory("sparkworker"), SAME
+    local = _compose("local-cpu-tp2.yml")
+    return (_parse(shlex.split(local["target"]["command"])),
+            _parse(shlex.split(local["target-worker"]["command"])), LOCAL_SAME)
+
+
+@pytest.mark.parametrize("where", ["compose", "deploy roles", "make up TP=2"])
+def test_both_ranks_describe_one_engine(where):
+    (head_model, head), (worker_model, worker), same = _ranks(where)
+    assert head_model == worker_model
+    for flag in same:
         assert head.get(flag) is not None and head.get(flag) == worker.get(flag), flag
     assert head["--node-rank"] == "0" and worker["--node-rank"] == "1"
     assert "--headless" in worker and "--headless" not in head
 
 
-def _inventory(host: str) -> tuple[list[str], dict[str, str]]:
-    gv = yaml.safe_load((ROOT / "inventories" / "prod" / "group_vars" / f"{host}.yml").read_text())
-    words = [str(w).strip() for w in gv["specpair_service_command"]]
-    return words, {w: words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--")
-                   else "" for i, w in enumerate(words) if w.startswith("--")}
-
-
-def test_the_deploy_roles_start_both_ranks_as_one_engine():
-    head_words, head = _inventory("sparkhead")
-    worker_words, worker = _inventory("sparkworker")
-    assert head_words[2] == worker_words[2]
-    for flag in SAME:
-        assert head.get(flag) is not None and head.get(flag) == worker.get(flag), flag
-    assert head["--node-rank"] == "0" and worker["--node-rank"] == "1" and "--headless" in worker
-
-
 def test_only_rank_0_talks_to_the_drafter():
-    head = _service("sparkhead.yml", "target")["environment"]
-    worker = _service("sparkworker.yml", "target-worker")["environment"]
-    assert "SPECPAIR_DRAFTER" in head
-    assert not any(k.startswith("SPECPAIR_DRAFTER") for k in worker)
+    for head, worker in ((_compose("sparkhead.yml")["target"],
+                          _compose("sparkworker.yml")["target-worker"]),
+                         (_compose("local-cpu.yml")["target"],
+                          _compose("local-cpu-tp2.yml")["target-worker"])):
+        assert "SPECPAIR_DRAFTER" in head["environment"]
+        assert not any(k.startswith("SPECPAIR_DRAFTER") for k in worker["environment"])
