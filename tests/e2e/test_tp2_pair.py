@@ -104,6 +104,7 @@ def spec2(tiny_setup):
     finally:
         relay.close()
         drafter.stop()
+    assert "stopped" not in r, f"the TP = 2 engine stopped: {r['stopped']}"
     print(f"spec2: start {r['start_s']:.1f}s, wall {r['wall_s']:.1f}s, ranks {r['ranks']}, "
           f"drafter {r['drafter']}, answers held back {r['delayed']}")
     return r

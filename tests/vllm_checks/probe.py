@@ -40,6 +40,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 RESULT_MARK = "SPECPAIR_RESULT "  # prefixes the one JSON line the tests read
 PROBE = os.path.abspath(__file__)  # what the tests run: [sys.executable, PROBE, ...]
@@ -193,7 +194,9 @@ def main() -> int:
                 report["mixed"][phase] = _mixed(llm, json.loads(args.prompts), args.mixed,
                                                 args.mixed_tokens)
             except Exception as exc:  # the engine stopped (e.g. its ranks diverged)
-                report["stopped"] = {"phase": phase, "error": f"{type(exc).__name__}: {exc}"}
+                traceback.print_exc()  # into the log: what stopped it
+                report["stopped"] = {"phase": phase, "error": f"{type(exc).__name__}: {exc}",
+                                     "where": traceback.format_exc().splitlines()[-3:]}
                 break
             if args.tp > 1:
                 report.setdefault("ranks_by_phase", {})[phase] = llm.collective_rpc(_rank_state)
