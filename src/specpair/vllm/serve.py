@@ -6,12 +6,16 @@ there the CLI stops with PackageNotFoundError. ``python -m vllm.entrypoints.open
 serves the API but ignores ``--headless``, so a tensor-parallel rank of another node (``--nnodes
 2 --node-rank 1 --headless``, compose/sparkworker.yml) cannot start that way. This entry point
 runs vLLM's own ``serve`` subcommand (its parser, its validation, its dispatch to the API server
-or to ``run_headless``) without the version lookup; the arguments are ``vllm serve``'s.
+or to ``run_headless``) without the version lookup; the arguments are ``vllm serve``'s. A
+headless rank also exits when its head goes away (``specpair.vllm.rank_watch``), so that its
+restart policy brings it back for the head's next start.
 """
 
 from __future__ import annotations
 
 import sys
+
+from specpair.vllm.rank_watch import watch_head
 
 __all__ = ["main"]
 
@@ -30,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
     configure_logging_from_args(args)
     serve.validate(args)
+    if args.headless:
+        watch_head(args.master_addr, int(args.master_port))
     serve.cmd(args)
 
 
