@@ -71,7 +71,8 @@ def connected_to(addr: str, port: int, root: int | None = None) -> bool:
     """Whether the process tree of ``root`` (this process) holds an ESTABLISHED TCP connection
     to ``addr``:``port``."""
     want4 = socket.inet_aton(socket.gethostbyname(addr))
-    wanted = {want4, b"\0" * 10 + b"\xff\xff" + want4}  # IPv4, and IPv4-mapped IPv6
+    # the head's address as IPv4 and as IPv4-mapped IPv6, with its port
+    wanted = {(want4, port), (b"\0" * 10 + b"\xff\xff" + want4, port)}
     inodes = _socket_inodes(_tree(os.getpid() if root is None else root))
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -80,8 +81,7 @@ def connected_to(addr: str, port: int, root: int | None = None) -> bool:
             continue
         for line in lines:
             f = line.split()
-            if f[3] == _ESTABLISHED and f[9] in inodes and _remote(f[2]) in {
-                    (w, port) for w in wanted}:
+            if f[3] == _ESTABLISHED and f[9] in inodes and _remote(f[2]) in wanted:
                 return True
     return False
 
