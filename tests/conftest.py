@@ -45,3 +45,27 @@ def promtool() -> str:
         pytest.skip("promtool is not installed (scripts/bootstrap.sh puts Debian's promtool "
                     "into the venv)")
     return found
+
+
+@pytest.fixture(scope="session")
+def manifest():
+    """The vLLM overlay's manifest (overlays/vllm/0.32.0/manifest.json)."""
+    from specpair.overlay.manifest import load_manifest
+
+    return load_manifest()
+
+
+@pytest.fixture(scope="session")
+def unpacked(manifest, tmp_path_factory: pytest.TempPathFactory):
+    """variant -> a site-packages dir holding that pinned wheel's vllm/*.py (read-only use);
+    for the overlay tests (tests/overlay) and the V2 verifier under the Triton interpreter
+    (tests/specpair_vllm). The wheels come from the cache (SPECPAIR_WHEEL_CACHE or
+    ~/.cache/specpair/wheels) or are fetched with `pip download` on first use; both are
+    checked against the manifest's sha256."""
+    from specpair.overlay.wheels import ensure_wheel, unpack
+
+    out = {}
+    for name, variant in manifest.variants.items():
+        wheel = ensure_wheel(variant.wheel)
+        out[name] = unpack(wheel, tmp_path_factory.mktemp(f"wheel-{name}"))
+    return out

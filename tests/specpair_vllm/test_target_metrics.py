@@ -22,7 +22,7 @@ from specpair.wire.session import DraftSession, StepRequest
 
 LIVE = {"a", "b"}
 SRC = Path(__file__).resolve().parents[2] / "src"
-HERE = Path(__file__).resolve().parent
+WIRE_TESTS = Path(__file__).resolve().parents[1] / "wire"  # fake_source
 
 
 class Flaky(FakeSource):
@@ -166,7 +166,7 @@ def test_the_series_reach_another_processes_registry(tmp_path):
         m.dropped_at_verify()
     """)
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp),
-           "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
+           "PYTHONPATH": os.pathsep.join([str(SRC), str(WIRE_TESTS)])}
     subprocess.run([sys.executable, "-c", child], env=env, check=True, timeout=120)
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(mp))

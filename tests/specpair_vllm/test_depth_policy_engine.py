@@ -1,4 +1,4 @@
-"""The depth policy in a simulated engine (tests/overlay/policy_sim.py): a request's
+"""The depth policy in a simulated engine (tests/specpair_vllm/policy_sim.py): a request's
 one-off costs (its prefill, its prompt's first round) kept out of the step-time fits, and
 bench-live's paired plan run on costs calibrated from the live bench: adaptive against
 fixed-K per cell, and against target-only where drafting cannot pay."""
