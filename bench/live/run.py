@@ -12,7 +12,7 @@ from bench.live.client import spec_counters, streams
 from bench.live.plan import SETTLE_S, Config, Plan
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
-from specpair.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
+from bench.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
 
 __all__ = ["ENGINE_ENV", "ENGINE_MB", "MODEL_NAME", "RAW", "engine_env", "run"]

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench.pairprocs import new_key_file, read_ready
 from transformers import AutoModelForCausalLM
 
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
-from specpair.pairprocs import new_key_file, read_ready
 from specpair.proposal import Proposal
 from specpair.rng import Stream, uniform
 from specpair.sampling import SamplingParams, process_logits, sample_from_weights

@@ -1,5 +1,5 @@
 """Helpers of the end-to-end tests: the probe, and the local pair's child processes (whose
-owner is ``specpair.pairprocs``, shared with ``make bench-live``)."""
+owner is ``bench.pairprocs``, shared with ``make bench-live``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from bench.pairprocs import SRC, ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 
 from specpair.models.train import PINNED_DIR
-from specpair.pairprocs import SRC, ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from vllm_checks.probe import PROBE, RESULT_MARK
 
 __all__ = ["GREEDY_TOKENS", "N_SPEC", "NEEDS_TRAINED_PAIR", "NEEDS_VLLM", "PROMPTS",

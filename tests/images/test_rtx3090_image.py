@@ -20,11 +20,11 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from bench.pairprocs import new_key_file, read_ready
 
 from specpair.deploy.release import image_tag
 from specpair.models.tiny import TinyPair
 from specpair.models.tokenizer import fingerprint
-from specpair.pairprocs import new_key_file, read_ready
 from specpair.sampling import SamplingParams
 from specpair.verify import verify
 from specpair.wire.assemble import to_proposal

@@ -12,6 +12,7 @@
   key its group or others may read).
 
 Both servers run this interpreter (``sys.executable``) and this checkout's ``specpair``.
+Test and bench support, not the runtime: it lives in bench/, which the images do not carry.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import specpair
 from specpair.overlay.apply_series import apply
 from specpair.overlay.manifest import load_manifest
 from specpair.overlay.shadow_copy import installed_site, shadow_copy
@@ -36,7 +38,7 @@ from specpair.overlay.shadow_copy import installed_site, shadow_copy
 __all__ = ["SRC", "ApiServer", "Drafter", "free_port", "new_key_file", "overlaid_vllm",
            "read_ready"]
 
-SRC = Path(__file__).resolve().parents[1]  # the directory holding this ``specpair`` package
+SRC = Path(specpair.__file__).resolve().parents[1]  # the directory holding ``specpair``
 DRAFTER_START_S = 600.0  # a drafter imports torch and transformers: minutes on a loaded box
 
 
