@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 3
     # torch and vLLM's processes: only once there is something to run
-    from bench.live.run import engine_env, progress, run
+    from bench.live.run import TINY_NAME, TRAINED_NAME, engine_env, progress, run
 
     work = a.out / "live-work"
     pair = a.pair
@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (pair / "target" / "config.json").is_file():
             progress(f"generating the random tiny pair in {pair}")
             make_tiny(pair)
+        model_name = TINY_NAME
+    elif pair.resolve() == (ROOT / TRAINED).resolve():
+        model_name = TRAINED_NAME
+    else:
+        model_name = pair.resolve().name
     extra_env = dict(item.split("=", 1) for item in a.env)
     base_env = engine_env()
     progress(f"engine environment: {base_env | extra_env}")
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     meta = {"title": f"make bench-live, {plan.name} plan ({pair.name}, {started})",
-            "plan": plan.name, "pair": str(pair.resolve()),
+            "plan": plan.name, "pair": str(pair.resolve()), "served_model_name": model_name,
             "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
             "engine_env": base_env | extra_env,
             "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "run.json").write_text(json.dumps(meta) + "\n")
     try:
-        run(plan, pair.resolve(), work.resolve(), extra_env)
+        run(plan, pair.resolve(), model_name, work.resolve(), extra_env)
     except KeyboardInterrupt:
         print("bench-live: interrupted", file=sys.stderr)
         return 130

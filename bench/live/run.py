@@ -15,9 +15,13 @@ from bench.live.workloads import prompts_for
 from bench.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
 
-__all__ = ["ENGINE_ENV", "ENGINE_MB", "MODEL_NAME", "RAW", "engine_env", "run"]
+__all__ = ["ENGINE_ENV", "ENGINE_MB", "RAW", "TINY_NAME", "TRAINED_NAME", "engine_env", "run"]
 
-MODEL_NAME = "pair"
+# The names the engines serve a pair under, saying which pair ran (in every request and in the
+# model_name label of vLLM's metrics): the committed trained pair, the random tiny pair; any
+# other --pair directory is served under its directory's name.
+TRAINED_NAME = "specpair-trained"
+TINY_NAME = "tiny"
 RAW = "measurements.jsonl"  # under the work directory: what `--report-only` reads back
 START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 2-core box
 # Memory one engine up wants, its drafter's included (measured 2026-12-02: `free`'s used grew
@@ -39,8 +43,8 @@ def progress(text: str) -> None:
     print(f"bench-live: {text}", file=sys.stderr, flush=True)
 
 
-def _engine(config: Config, pair: Path, work: Path, vllm_dir: Path, key: Path, tag: str,
-            extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
+def _engine(config: Config, pair: Path, model_name: str, work: Path, vllm_dir: Path, key: Path,
+            tag: str, extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
     drafter = None
     env = {**engine_env(), **config.env, **extra_env}
     prom = work / f"prometheus-{tag}"
@@ -52,7 +56,7 @@ def _engine(config: Config, pair: Path, work: Path, vllm_dir: Path, key: Path, t
         drafter = Drafter(pair / "draft", key, work / f"drafter-{tag}.log",
                           args=[*config.drafter_args, "--metrics-port", "0"])
         env |= {"SPECPAIR_DRAFTER": drafter.address, "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
-    args = ["--served-model-name", MODEL_NAME, "--dtype", "float32", "--max-model-len", "512",
+    args = ["--served-model-name", model_name, "--dtype", "float32", "--max-model-len", "512",
             "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"]
     spec = config.speculative_arg(str(pair / "draft"))
     if spec is not None:
@@ -98,10 +102,12 @@ def _memory_check(engines: int) -> None:
                            f"the box has {avail_mb} MB available")
 
 
-def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[dict]:
-    """Every measurement of ``plan`` on the model pair ``pair`` (``target/``, ``draft/``);
-    logs, the overlaid vLLM copy and the key go under ``work``. Every engine is started
-    first and kept up; then the cells run, each in every engine in turn (bench.live.plan)."""
+def run(plan: Plan, pair: Path, model_name: str, work: Path,
+        extra_env: dict[str, str]) -> list[dict]:
+    """Every measurement of ``plan`` on the model pair ``pair`` (``target/``, ``draft/``),
+    served under ``model_name``; logs, the overlaid vLLM copy and the key go under ``work``.
+    Every engine is started first and kept up; then the cells run, each in every engine in
+    turn (bench.live.plan)."""
     _memory_check(len(plan.run))
     work.mkdir(parents=True, exist_ok=True)
     vllm_dir = work / "vllm"
@@ -117,11 +123,11 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
             progress(f"[{i}/{len(plan.run)}] {config.name}: starting the engine "
                      f"({time.monotonic() - t_run:.0f} s into the run)")
             t0 = time.monotonic()
-            up[config.name] = _engine(config, pair, work, vllm_dir, key, config.name,
-                                      extra_env)
+            up[config.name] = _engine(config, pair, model_name, work, vllm_dir, key,
+                                      config.name, extra_env)
             server = up[config.name][0]
             for c in plan.concurrencies:  # warm-up, not recorded
-                streams(server.port, MODEL_NAME, prompts_for(plan.workloads[0], 0, c),
+                streams(server.port, model_name, prompts_for(plan.workloads[0], 0, c),
                         plan.max_tokens, 1.0, 1.0)
             progress(f"[{i}/{len(plan.run)}] {config.name}: healthy and warm after "
                      f"{time.monotonic() - t0:.0f} s")
@@ -137,7 +143,7 @@ def run(plan: Plan, pair: Path, work: Path, extra_env: dict[str, str]) -> list[d
                             time.sleep(SETTLE_S)
                         last = config.name
                         before = _counters(server, drafter)
-                        got = streams(server.port, MODEL_NAME, prompts_for(workload, rep, c),
+                        got = streams(server.port, model_name, prompts_for(workload, rep, c),
                                       plan.max_tokens, sampling.temperature, sampling.top_p,
                                       xargs)
                         delta = _finished(server, drafter, before, c)

@@ -274,7 +274,7 @@ def test_document_and_table_flag_a_prediction_far_off():
 def test_spec_counters_read_vllm_and_drafter_texts():
     vllm_text = (
         "# TYPE vllm:spec_decode_num_drafts counter\n"
-        'vllm:spec_decode_num_drafts_total{engine="0",model_name="pair"} 7.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="specpair-trained"} 7.0\n'
         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2.0\n'
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 5.0\n')

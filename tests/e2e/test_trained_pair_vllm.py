@@ -32,7 +32,7 @@ pytestmark = [
     NEEDS_TRAINED_PAIR,
 ]
 
-MODEL = "trained"
+MODEL = "specpair-trained"  # the name bench-live serves it under too (bench.live.run)
 PROMPT = "import os\n\n\ndef read_config(path):\n    "
 PY_WORDS = re.compile(r"\b(self|def|return|if|else|for|in|import|not|None|is|and|or|the)\b")
 
