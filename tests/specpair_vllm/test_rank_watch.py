@@ -48,3 +48,36 @@ def test_a_rank_exits_once_its_head_goes_away_and_not_before():
     rank.close()
     elsewhere.close()
     other.close()
+
+
+def test_the_health_check_says_whether_the_rank_joined_its_head(capsys):
+    """`python -m specpair.vllm.rank_watch ADDR PORT --pid P`: the health check of a headless
+    rank (the deploy role's, compose's): 0 once P's process tree holds its connection to the
+    head, 1 before and after, 2 for an address that does not resolve; one line each."""
+    import os
+    import subprocess
+
+    from specpair.vllm.rank_watch import main
+
+    head = socket.create_server(("127.0.0.1", 0))
+    port = head.getsockname()[1]
+    me = str(os.getpid())
+    assert main(["127.0.0.1", str(port), "--pid", me]) == 1
+    assert capsys.readouterr().out.startswith("not joined: no connection to the head")
+    rank = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = head.accept()
+    assert _wait(lambda: main(["127.0.0.1", str(port), "--pid", me]) == 0)
+    assert "joined: the rank holds a connection to its head" in capsys.readouterr().out
+    # another process's tree (a child of this test, holding no socket) does not hold it
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert main(["127.0.0.1", str(port), "--pid", str(other.pid)]) == 1
+    finally:
+        other.kill()
+        other.wait()
+    accepted.close()
+    rank.close()
+    head.close()
+    assert _wait(lambda: main(["127.0.0.1", str(port), "--pid", me]) == 1)
+    assert main(["no-such-host.invalid", "1"]) == 2
+    assert "cannot check the head at no-such-host.invalid:1" in capsys.readouterr().err

@@ -10,18 +10,25 @@ every rank keeps open for its process group's life): once the rank's process tre
 ESTABLISHED connection there, its loss for ``grace_s`` means the head is gone, and the
 process exits with EXIT_HEAD_GONE. Read from /proc (Linux), a connection is this process
 tree's when its socket inode is among the tree's open files.
+
+The same connection is the headless rank's health (it has no HTTP port): ``python -m
+specpair.vllm.rank_watch ADDR PORT`` exits 0 when the container's process tree (PID 1) holds it
+(the rank joined its head) and 1 when not (not yet joined, or the head is gone): the deploy
+role's health check of rank 1 (inventories/*/group_vars/sparkworker.yml).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["EXIT_HEAD_GONE", "connected_to", "watch_head"]
+__all__ = ["EXIT_HEAD_GONE", "connected_to", "main", "watch_head"]
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +121,32 @@ def watch_head(addr: str, port: int, every_s: float = 2.0, grace_s: float = 6.0,
     t = threading.Thread(target=run, name="specpair-rank-watch", daemon=True)
     t.start()
     return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Health of a headless rank: 0 when the process tree of ``--pid`` holds its connection to
+    the head at ADDR:PORT, 1 when it does not, 2 when the address does not resolve; one line."""
+    p = argparse.ArgumentParser(
+        prog="python -m specpair.vllm.rank_watch",
+        description="Exit 0 when this headless tensor-parallel rank is joined to its head (an "
+                    "ESTABLISHED connection to the head's rendezvous port, read from /proc), "
+                    "1 when it is not: the health check of a rank with no HTTP port.")
+    p.add_argument("addr", help="the head's --master-addr")
+    p.add_argument("port", type=int, help="the head's --master-port")
+    p.add_argument("--pid", type=int, default=1,
+                   help="root of the rank's process tree (default 1: the container's process)")
+    args = p.parse_args(argv)
+    try:
+        joined = connected_to(args.addr, args.port, root=args.pid)
+    except OSError as e:  # an address that does not resolve
+        print(f"error: cannot check the head at {args.addr}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    if joined:
+        print(f"joined: the rank holds a connection to its head at {args.addr}:{args.port}")
+        return 0
+    print(f"not joined: no connection to the head at {args.addr}:{args.port}")
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
