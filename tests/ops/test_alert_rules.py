@@ -28,6 +28,8 @@ MUTATIONS = [
     ("disconnect waits 1 min", "for: 30s", "for: 1m"),
     ("rank mismatch read as a level", "increase(specpair_rank_mismatch_total[10m]) > 0",
      "specpair_rank_mismatch_total > 0"),
+    ("a restart read as a level", "(resets(vllm:request_success_total[15m])) > 0",
+     "(vllm:request_success_total) < 1"),
     ("missing threshold 10 %", "ratio_rate2m > 0.05", "ratio_rate2m > 0.10"),
     ("missing counts every outcome", 'rate(specpair_items_total{outcome="missing"}[2m])',
      "rate(specpair_items_total[2m])"),
@@ -70,7 +72,7 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
 def test_every_alert_is_shown_firing_and_not_firing() -> None:
     alerts = {r["alert"] for r in _rules() if "alert" in r}
     assert alerts == {"SpecpairDrafterDisconnected", "SpecpairDraftsMissing", "SpecpairRankMismatch",
-                      "SpecpairAcceptanceCollapsed", "SpecpairHealthFailed", "SpecpairGpuXid",
+                      "SpecpairTargetRestarted", "SpecpairAcceptanceCollapsed", "SpecpairHealthFailed", "SpecpairGpuXid",
                       "SpecpairHealthCannotProbe", "SpecpairHealthStale"}
     cases = [c for t in yaml.safe_load(UNIT.read_text())["tests"]
              for c in t.get("alert_rule_test", [])]
