@@ -54,4 +54,8 @@ def test_the_real_health_playbook_fills_the_summary(capsys):
         assert isinstance(h["findings"], list) and isinstance(h["exit_code"], int)
         if h["verdict"] == "skip":
             assert h["exit_code"] == 3 and h["reason"]
+        # every host's service container is reported (each role runs one here; its state is
+        # whatever this machine's engine holds: none, absent, or a running pair)
+        assert h["service"]["container"].startswith("specpair-local-"), h
+        assert h["service"]["status"], h
     assert rc == (1 if s["verdict"] == "fail" else 0)

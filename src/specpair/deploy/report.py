@@ -46,7 +46,9 @@ _ORDER = ("fail", "warn", "skip", "pass")  # the worst first
 def health_summary(run_dir: Path) -> dict[str, Any] | None:
     """`specpair health --inventory INV --json`'s summary: per host its verdict (pass, warn,
     skip: cannot probe and skipped by the inventory, fail), the probe's exit code, role,
-    findings and reason, from reports/health.json; the verdict of the pair is the worst."""
+    findings and reason, and its service container (status, health, restarts, release; None
+    where the host runs none), from reports/health.json; the verdict of the pair is the
+    worst probe's (the services are reported, not judged)."""
     path = run_dir / "reports" / "health.json"
     if not path.is_file():
         return None
@@ -59,7 +61,8 @@ def health_summary(run_dir: Path) -> dict[str, Any] | None:
                        "findings": report.get("findings", []),
                        "reason": report.get("reason") or (None if report else
                                                           (saved.get("stderr") or "").strip()[-400:]
-                                                          or None)}
+                                                          or None),
+                       "service": saved.get("service")}
     verdicts = [h["verdict"] for h in hosts.values()]
     worst = next((v for v in _ORDER if v in verdicts), None)
     return {"action": "health", "verdict": worst, "hosts": hosts}
@@ -83,6 +86,12 @@ def print_summary(action: str, r: RunResult) -> None:
             why = f": {h['reason']}" if h.get("reason") else ""
             print(f"  {host:20s} health {h['verdict']} (exit {h['exit_code']}, "
                   f"{len(h['findings'])} findings){why[:200]}")
+            if h.get("service"):
+                sv = h["service"]
+                print(f"    service {sv['container']}: {sv['status']}"
+                      + (f", {sv['health']}" if sv.get("health") else "")
+                      + (f", release {sv['release']}" if sv.get("release") else "")
+                      + (f", {sv['restarts']} restarts" if sv.get("restarts") else ""))
             for f in h["findings"][:20]:
                 print(f"    {json.dumps(f)[:200]}")
         print(f"  verdict: {s['verdict']}")
