@@ -151,4 +151,4 @@ step "one completion" python3 scripts/local_pair_report.py complete \
 summary=$(printf '%s, ' "${steps[@]}")
 echo ">> step times: ${summary%, }; total $((SECONDS - t_up))s"
 echo ">> the pair is up (target at tensor parallelism $tp):" \
-  "http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"tiny\"); make down stops it"
+  "http://127.0.0.1:$SPECPAIR_TARGET_PORT/v1 (model \"specpair-trained\"); make down stops it"

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 
 PROMPT = "import os\n\n\ndef read_config(path):\n    "  # Python: the trained pair (docs/models.md)
+MODEL = "specpair-trained"  # the name compose/local-cpu.yml serves the trained pair under
 # 48 tokens take seconds on an idle 2-core box; 120 s ran out on one loaded ~15x over.
 COMPLETION_TIMEOUT_S = 300
 
@@ -66,7 +67,7 @@ def spec_metrics(text: str) -> dict[str, float]:
 
 
 def _completion(port: int, max_tokens: int, seed: int) -> dict:
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
             "seed": seed}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
                                  data=json.dumps(body).encode(),
