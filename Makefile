@@ -157,8 +157,9 @@ image-test: venv ## The image part of `make test` (verify, gates, power check, r
 	$(MAKE) --no-print-directory pair-test
 
 .PHONY: pair-test
-pair-test: venv image-tools ## The `make up` pair in containers: a killed drafter comes back, drafts flow again.
-	SPECPAIR_PAIR_TESTS=1 $(PY) -m pytest tests/images/test_pair_restart.py -v -s
+pair-test: venv image-tools ## The `make up` pair in containers: a killed drafter comes back (TP=1); a killed rank heals the pair (TP=2).
+	SPECPAIR_PAIR_TESTS=1 $(PY) -m pytest tests/images/test_pair_restart.py \
+	  tests/images/test_rank_restart.py -v -s
 
 ##@ Gates
 

@@ -1,8 +1,8 @@
 """The drafter comes back by itself: the real `make up` pair in containers.
 
 `scripts/local-pair.sh up` starts compose/local-cpu.yml from the cpu images, as `make up` does,
-under a compose project and ports of its own (SPECPAIR_PROJECT, SPECPAIR_*_PORT), so it runs
-beside anyone's `make up`. Then the drafter container's main process is killed with SIGKILL
+under a compose project and ports of its own (tests/images/pair_support.py), so it runs beside
+anyone's `make up`. Then the drafter container's main process is killed with SIGKILL
 FROM THE HOST (`kill -9` on `docker inspect -f '{{.State.Pid}}'`): on Docker 20.10 `docker
 kill` is a manual stop, whatever the signal, and the restart policy leaves the container down
 (docs/operations.md, "Restart policies"). Nothing else is done to the pair; completions keep
@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import time
-import urllib.request
 
 import pytest
 
-from .conftest import ROOT, load_script
+from .conftest import load_script
+from .pair_support import container as _container
+from .pair_support import http as _http
+from .pair_support import local_pair
+from .pair_support import samples as _samples
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,42 +46,6 @@ pytestmark = [
 
 RECOVERY_S = 60  # the promise: drafts accepted again within 60 s of the kill, no command run
 WATCH_S = 240  # how long a slower recovery is still watched (and timed) before giving up
-UP_TIMEOUT_S = 900  # a target start on a loaded 2-core machine
-
-
-def _tag(role: str) -> str:
-    return subprocess.run(
-        [str(ROOT / "scripts" / "image-tag.sh"), role, "cpu"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _http(url: str, body: dict | None = None, timeout: float = 120.0) -> str:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read().decode()
-
-
-def _samples(text: str) -> dict[str, float]:
-    """Prometheus text -> {name{labels}: value}, and each name summed over its label sets."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}"] = s.value
-            out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
 
 
 CONNECTED = "specpair_drafter_connected"
@@ -94,55 +59,10 @@ RECOVERED = "drafts accepted again"
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    missing = [
-        t
-        for t in (_tag("drafter"), _tag("target"))
-        if subprocess.run(["docker", "image", "inspect", t], capture_output=True).returncode != 0
-    ]
-    assert not missing, f"images {missing} are not in Docker: `make image` builds them"
-    root = tmp_path_factory.mktemp("pair-restart")
-    env = dict(
-        os.environ,
-        SPECPAIR_PROJECT=f"specpair-restart-test-{os.getpid()}",
-        SPECPAIR_KEY_FILE=str(root / "specpair.key"),
-        SPECPAIR_TARGET_PORT=str(_free_port()),
-        SPECPAIR_DRAFTER_PORT=str(_free_port()),
-        SPECPAIR_METRICS_PORT=str(_free_port()),
-        UP_TIMEOUT_S=str(UP_TIMEOUT_S),
-        # drafts every round: the subject is the drafter's kill and return; the adaptive
-        # policy may rightly stop drafting when it does not pay, and then nothing is asked
-        SPECPAIR_DEPTH_POLICY="fixed",
-    )
-    script = str(ROOT / "scripts" / "local-pair.sh")
-    try:
-        # stdout inherited: its progress is live under `pytest -s` (make pair-test)
-        up = subprocess.run([script, "up"], env=env, timeout=UP_TIMEOUT_S + 300)
-        assert up.returncode == 0, f"scripts/local-pair.sh up exited {up.returncode}"
-        yield env
-    finally:
-        subprocess.run([script, "down"], env=env, timeout=120)
-
-
-def _container(env: dict, service: str) -> dict:
-    ids = subprocess.run(
-        [
-            "docker",
-            "ps",
-            "-aq",
-            "--filter",
-            f"label=com.docker.compose.project={env['SPECPAIR_PROJECT']}",
-            "--filter",
-            f"label=com.docker.compose.service={service}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert len(ids) == 1, f"{service}: containers {ids}"
-    out = subprocess.run(
-        ["docker", "inspect", ids[0]], capture_output=True, text=True, check=True
-    ).stdout
-    return json.loads(out)[0]
+    # drafts every round: the subject is the drafter's kill and return; the adaptive policy
+    # may rightly stop drafting when it does not pay, and then nothing is asked
+    yield from local_pair(tmp_path_factory.mktemp("pair-restart"), 1,
+                          SPECPAIR_DEPTH_POLICY="fixed")
 
 
 def test_a_killed_drafter_container_comes_back_and_drafts_flow_again(pair):
