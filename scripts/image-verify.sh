@@ -4,10 +4,12 @@
 # hash-checked), and fail unless the image IDs (config digests, which name every layer's
 # uncompressed digest) and the manifest digests match. The base rootfs is rebuilt too and must
 # match its locked sha256. On success the first build's images are loaded into Docker.
-# Disk: a vfs store holds a full rootfs copy per layer (target ~3.5 GB, more while committing), so
-# the two builds run one after the other in the same (emptied) directory: build 1 goes to Docker
-# under the tag TAG-unverified and its store is removed before build 2 starts; TAG moves to it
-# only when every role's two builds match.
+# The roles build side by side (each role's two builds one after the other in its own emptied
+# store; on 2 cores a build is mostly one core's work: unpacking wheels, then committing), each
+# role's output to its own log, printed whole when it ends, with a progress line a minute.
+# Disk: a vfs store holds a full rootfs copy per layer (target ~3.5 GB, more while committing):
+# build 1 goes to Docker under the tag TAG-unverified and its store is removed before build 2
+# starts; TAG moves to it only when every role's two builds match.
 #
 # Usage: scripts/image-verify.sh PROFILE ROLE...     e.g. scripts/image-verify.sh cpu drafter target
 # Environment: as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE, WHEEL_CACHE); VERIFY_DIR (default
@@ -30,25 +32,30 @@ scripts/image-base.sh "$arch" "build/images/base-$arch.tar"
 
 rm -rf "$dir"
 mkdir -p "$dir"
-summary=()
-fail=0
-store=$(realpath "$dir")/store
 scripts/docker-up.sh >/dev/null
 roles=("$@")
 # TAG: the one tag scheme (scripts/image-tag.sh), as `make image` gives it.
 declare -A tags
 for role in "$@"; do tags[$role]=$(scripts/image-tag.sh "$role" "$profile"); done
-# On every exit: the store goes, and so do the TAG-unverified names (TAG itself, once moved, stays).
+vdir=$(realpath "$dir")
+# On every exit: the stores and the builds still running go, and so do the TAG-unverified
+# names (TAG itself, once moved, stays).
 cleanup() {
-  rm -rf "$store" "$store.run"
+  jobs -p | xargs -r kill 2>/dev/null || true
+  wait 2>/dev/null || true
   for role in "${roles[@]}"; do
+    rm -rf "$vdir/store-$role" "$vdir/store-$role.run"
     docker rmi "${tags[$role]}-unverified" >/dev/null 2>&1 || true
   done
 }
 trap cleanup EXIT
-for role in "$@"; do
+
+# One role: build 1 (pushed to Docker as TAG-unverified), build 2, each in a fresh store.
+verify_role() {
+  local role=$1 store="$vdir/store-$1" n s
   for n in 1 2; do
     echo ">> [$role/$profile] build $n of 2 in a fresh store $store"
+    echo "build $n of 2" > "$dir/$role.step"
     rm -rf "$store" "$store.run"
     s=$(date +%s)
     # The second build reuses the first one's context snapshot and revision: same inputs, even
@@ -64,6 +71,47 @@ for role in "$@"; do
     fi
   done
   rm -rf "$store" "$store.run"
+  echo "done" > "$dir/$role.step"
+}
+
+declare -A pids
+t0=$(date +%s)
+for role in "$@"; do
+  echo ">> [$role/$profile] building twice (log: $dir/$role.log)"
+  verify_role "$role" > "$dir/$role.log" 2>&1 &
+  pids[$role]=$!
+done
+fail=0
+left=("$@")
+while [ ${#left[@]} -gt 0 ]; do
+  still=()
+  for role in "${left[@]}"; do
+    if kill -0 "${pids[$role]}" 2>/dev/null; then
+      still+=("$role")
+      continue
+    fi
+    rc=0; wait "${pids[$role]}" || rc=$?
+    sed "s|^|[$role] |" "$dir/$role.log"
+    echo ">> [$role/$profile] builds ended (exit $rc) after $(( $(date +%s) - t0 )) s"
+    [ $rc = 0 ] || fail=1
+  done
+  left=("${still[@]}")
+  if [ ${#left[@]} -gt 0 ]; then
+    sleep 5
+    if (( ( $(date +%s) - t0 ) % 60 < 5 )); then
+      line=""
+      for role in "${left[@]}"; do line="$line $role: $(cat "$dir/$role.step" 2>/dev/null);"; done
+      echo ">> $(( $(date +%s) - t0 )) s: still building:$line"
+    fi
+  fi
+done
+if [ $fail = 1 ]; then
+  echo "error: an image build failed (its log above)" >&2
+  exit 1
+fi
+
+summary=()
+for role in "$@"; do
   id1=$(cat "$dir/$role-1.iid"); id2=$(cat "$dir/$role-2.iid")
   d1=$(cat "$dir/$role-1.digest"); d2=$(cat "$dir/$role-2.digest")
   line="$role/$profile: ID $id1 vs $id2; manifest $d1 vs $d2;"
