@@ -9,27 +9,35 @@ What it keeps from the engine (bench.live, specpair.vllm.v1.propose_remote):
   its prompt is prefilled in), ``depths``, ``handed``, ``round_time``; then the engine's
   forward over every request's 1 + k tokens and the prefill of requests that joined;
 - the PROPOSE round is sent when any request asked for drafts: its time grows with the
-  depth and the batch, and a request's first round carries its prompt (the drafter's
-  prefill); the forward grows with the batch and its tokens; a joining request's prefill
-  lands in the step after it joins;
+  depth and the batch, a request's first round carries its prompt (the drafter's
+  prefill), and a round after steps in which the request drafted nothing carries the
+  tokens committed meanwhile (``Costs.catch_up``); the forward grows with the batch and its
+  tokens; a joining request's prefill lands in the step after it joins;
 - the verifier accepts draft j with the prompt's own chance given drafts 1..j-1 were;
-  every cost carries lognormal noise, all from one seeded generator.
+  every cost carries lognormal noise, all from one seeded generator; a ``Load`` scales the
+  costs by the clock (a slow start, a loaded minute).
 
 ``Costs`` and ``Workload`` come from the live paired runs of
 bench/results/2026-12-02-paired.md: the trained pair (its 20-layer target) on the 2-core box:
 a forward of 12.9 ms + 0.4 ms per request, rounds of 5.1 ms (one request, K = 3) to 6.8 ms
-(four), prefill and first-round extras.
+(four), prefill and first-round extras. ``LIVE`` and the ``UNSEEN`` workloads replay the
+committed pair at c = 1 on code the benchmark never saw (``stream``: requests one after the
+other, each step traced with its expected tokens and time, ``recovery``: how long the policy
+takes to come within 5 % of the best fixed setting).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.depth_policy import DepthPolicy, expected_tokens
 
-__all__ = ["CELLS", "TINY", "TRAINED", "Costs", "SimClock", "Workload", "run_cells", "simulate"]
+__all__ = ["CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
+           "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate", "recovery",
+           "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,9 @@ class Costs:
     first_round: float  # a request's first round (its prompt to the drafter)
     noise: float = 0.15  # lognormal sigma of every cost
     hiccup: float = 0.05  # chance that a cost doubles (the box's scheduler, a page fault)
+    # per token a round carries beyond the step's own: what a request committed while it
+    # drafted nothing, caught up by its next round (0: not modelled)
+    catch_up: float = 0.0
 
     def forward(self, batch: int, k: int) -> float:
         return self.base + self.per_req * batch + self.per_token * batch * k
@@ -62,6 +73,11 @@ TRAINED = Costs(12.5, 0.4, 0.1, 3.0, 0.3, 0.6, 0.15, 15.0, 15.0)
 # the random tiny pair (overhead-dominated: a drafter round dearer than a target step): a
 # 3.5 ms step, a 5 ms round
 TINY = Costs(3.0, 0.5, 0.05, 4.2, 0.3, 0.3, 0.1, 3.0, 2.0)
+# the committed trained pair (its 24-layer target) on the quiet 2-core box at c = 1
+# (docs/performance.md: a target step of about 39 ms, a remote round of 6.0-6.5 ms and 0.6
+# ms on the target's side at K = 3); the catch-up per token is assumed, not measured (about
+# a drafter prefill's cost of a token)
+LIVE = Costs(38.0, 0.5, 0.3, 4.2, 0.3, 0.7, 0.15, 60.0, 15.0, catch_up=0.05)
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,20 @@ CELLS = (
 )
 
 
+# code the benchmark never saw (third-party packages), c = 1, 64 tokens: per-prompt chances
+# chosen so that fixed:3 on ``LIVE`` reads what the pinned engine read live there, 1.40x
+# target-only at T = 1 and 1.30x at T = 0 (greedy: one prompt's first draft hard, the rest
+# then likely, as the bench's greedy code)
+UNSEEN = {
+    1.0: Workload("unseen code T=1", ((0.40, 0.5, 0.5), (0.45, 0.55, 0.5), (0.35, 0.45, 0.55),
+                                      (0.42, 0.5, 0.45)), (False, False)),
+    0.0: Workload("unseen code T=0", ((0.15, 0.9, 0.8), (0.4, 0.5, 0.5), (0.3, 0.6, 0.6),
+                                      (0.35, 0.45, 0.45)), (True, False)),
+}
+# drafts that are almost never accepted (text the draft never learned): target-only pays
+FOREIGN = (0.05, 0.3, 0.3)
+
+
 def _accepted(rng: random.Random, chances: tuple[float, ...], k: int) -> int:
     n = 0
     while n < k and rng.random() < chances[n]:
@@ -95,39 +125,80 @@ def _accepted(rng: random.Random, chances: tuple[float, ...], k: int) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Step:
+    """One simulated decode step, for a trace: its depth (the largest drafted), its requests,
+    the tokens they were expected to commit (their prompts' true chances) and the time it
+    was expected to take (its costs without noise, the load included)."""
+
+    depth: int
+    requests: int
+    tokens: float
+    seconds: float
+    request: int  # the index of its first request in the run (``stream``)
+    at: float  # the clock when it began
+
+
+Load = Callable[[float], tuple[float, float]]  # clock -> (forward's factor, round's factor)
+
+
+def slow(until_s: float, round_factor: float, forward_factor: float = 1.0) -> Load:
+    """Costs scaled until the clock reads ``until_s`` (a cold drafter, a loaded box), then
+    as calibrated."""
+    return lambda now: (forward_factor, round_factor) if now < until_s else (1.0, 1.0)
+
+
 def simulate(policy: DepthPolicy, costs: Costs, prompts: list[tuple[float, ...]],
              tokens: int, rng: random.Random, pin: str | None = None,
-             law: tuple[bool, bool] = (False, False), tag: str = "r") -> float:
+             law: tuple[bool, bool] = (False, False), tag: str = "r",
+             load: Load | None = None, trace: list[Step] | None = None, index: int = 0,
+             reproducible: bool = False) -> float:
     """One cell's streams (one per prompt, started together) through ``policy`` on a
     clock it shares (``policy.clock`` must be a ``SimClock``); returns decode tokens per
-    second (tokens after the first over the streams' mean decode time)."""
+    second (tokens after the first over the streams' mean decode time). ``load``: factors
+    on the forward's and the round's costs by the clock's time (a loaded box); ``trace``:
+    each decode step appended (``index``: the first request's index there)."""
     clock = policy.clock
     assert isinstance(clock, SimClock)
     reqs = [f"{tag}{i}" for i in range(len(prompts))]
     done = {r: 0 for r in reqs}  # tokens so far (the prefill's token comes first)
     state = {r: (0, 0) for r in reqs}  # (sampled at this step, drafts handed last step)
+    sent = {r: 0 for r in reqs}  # tokens the drafter holds (0: none, its first round is due)
     first_token, last_token = {}, {}
-    clock.now += _noisy(rng, costs, costs.prefill * len(reqs) + costs.forward(len(reqs), 0)) / 1e3
+    f_load, r_load = load(clock.now) if load else (1.0, 1.0)
+    clock.now += _noisy(rng, costs, f_load * (costs.prefill * len(reqs)
+                                              + costs.forward(len(reqs), 0))) / 1e3
     for r in reqs:
         done[r], state[r] = 1, (1, 0)
         first_token[r] = clock.now
-    seen: set[str] = set()
     while any(n < tokens for n in done.values()):
         live = [r for r in reqs if done[r] < tokens]
+        now = clock.now
+        f_load, r_load = load(now) if load else (1.0, 1.0)
         policy.begin(set(live))
         for r in live:
-            policy.observe(r, state[r][0], pin, law)
+            policy.observe(r, state[r][0], pin, law, reproducible)
         ks = {r: min(k, tokens - done[r] - 1) for r, k in policy.depths().items()}
         for r, k in ks.items():
             policy.handed(r, k)
         depth = max(ks.values())
         rnd = None
         if depth:
-            rnd = _noisy(rng, costs, costs.round(len(live), depth)
-                         + costs.first_round * sum(1 for r in live if r not in seen and ks[r]))
-            seen |= {r for r in live if ks[r]}
+            extra = 0.0
+            for r in live:
+                if ks[r]:  # its prompt (first round), or what it committed without drafts
+                    extra += (costs.first_round if not sent[r] else 0.0) + costs.catch_up * (
+                        done[r] - max(sent[r], 1) - (state[r][0] if sent[r] else 0))
+                    sent[r] = done[r]
+            base = r_load * (costs.round(len(live), depth) + extra)
+            rnd = _noisy(rng, costs, base)
         policy.round_time(None if rnd is None else rnd / 1e3)
-        clock.now += ((rnd or 0.0) + _noisy(rng, costs, costs.forward(len(live), depth))) / 1e3
+        fwd = f_load * costs.forward(len(live), depth)
+        if trace is not None:
+            trace.append(Step(depth, len(live), sum(
+                expected_tokens(list(prompts[reqs.index(r)]), ks[r]) for r in live),
+                (fwd + (base if depth else 0.0)) / 1e3, index, now))
+        clock.now += ((rnd or 0.0) + _noisy(rng, costs, fwd)) / 1e3
         for r in live:
             acc = _accepted(rng, prompts[reqs.index(r)], ks[r])
             done[r] = min(tokens, done[r] + 1 + acc)
@@ -136,6 +207,107 @@ def simulate(policy: DepthPolicy, costs: Costs, prompts: list[tuple[float, ...]]
                 last_token[r] = clock.now
     mean_s = sum(last_token[r] - first_token[r] for r in reqs) / len(reqs)
     return len(reqs) * (tokens - 1) / mean_s
+
+
+def stream(policy: DepthPolicy, costs: Costs, prompt: Callable[[int], tuple[float, ...]],
+           requests: int, rng: random.Random, tokens: int = 64, c: int = 1,
+           pin: str | None = None, law: tuple[bool, bool] = (False, False),
+           load: Load | None = None, idle_s: float = 0.5,
+           reproducible: bool = False) -> list[Step]:
+    """``requests`` requests through one engine, ``c`` at a time (each wave started together,
+    an idle gap between waves), request i drafting with ``prompt(i)``'s chances: the trace
+    of every decode step."""
+    trace: list[Step] = []
+    for first in range(0, requests, c):
+        policy.clock.now += idle_s
+        simulate(policy, costs, [prompt(i) for i in range(first, first + c)], tokens, rng,
+                 pin, law, tag=f"{pin}-{first}-", load=load, trace=trace, index=first,
+                 reproducible=reproducible)
+    return trace
+
+
+def rate(steps: list[Step]) -> float:
+    """Expected tokens per second of ``steps`` (their expected tokens over expected time)."""
+    return sum(s.tokens for s in steps) / sum(s.seconds for s in steps)
+
+
+def by_request(trace: list[Step]) -> dict[int, tuple[float, float, int]]:
+    """Per request (at c = 1; a wave's first at c > 1): its steps' expected tokens, expected
+    seconds and request-rounds."""
+    out: dict[int, tuple[float, float, int]] = {}
+    for s in trace:
+        t, sec, n = out.get(s.request, (0.0, 0.0, 0))
+        out[s.request] = (t + s.tokens, sec + s.seconds, n + s.requests)
+    return out
+
+
+def recovery(trace: list[Step], start: int, reference: list[Step], window: int = 64,
+             within: float = 0.95) -> tuple[int, float] | None:
+    """How long the policy takes to come within ``within`` of the best fixed setting after
+    a change at step ``start`` (the slow start's end, a new workload): the request-rounds
+    from there to the first ``window`` steps that made at least ``within`` of the tokens
+    the best fixed setting makes in their time on the same requests (``reference``: its
+    trace of them on a quiet engine, each request's rate), and the same ratio from there to
+    the end of the run (None: never)."""
+    ref = {r: t / sec for r, (t, sec, _) in by_request(reference).items()}
+    tokens, worth = [0.0], [0.0]  # prefix sums: tokens made, the reference's in that time
+    for s in trace:
+        tokens.append(tokens[-1] + s.tokens)
+        worth.append(worth[-1] + s.seconds * ref[s.request])
+    for i in range(start, len(trace) - window + 1):
+        if tokens[i + window] - tokens[i] >= within * (worth[i + window] - worth[i]):
+            rest = (tokens[-1] - tokens[i]) / (worth[-1] - worth[i])
+            return sum(s.requests for s in trace[start:i]), rest
+    return None
+
+
+def unseen_run(temperature: float, requests: int, seed: int, pin: str | None = None,
+               load: Load | None = None, prompt: Callable[[int], tuple[float, ...]] | None = None,
+               k: int = 3) -> tuple[list[Step], DepthPolicy]:
+    """``requests`` requests of 64 tokens at c = 1 on ``LIVE`` through a fresh engine's
+    policy; their chances ``prompt(i)`` (default: the ``UNSEEN`` workload's prompts in
+    turn)."""
+    w = UNSEEN[temperature]
+    policy = DepthPolicy(k, clock=SimClock())
+    trace = stream(policy, LIVE, prompt or (lambda i: w.prompts[i % len(w.prompts)]),
+                   requests, random.Random(seed), pin=pin, law=w.law, load=load)
+    return trace, policy
+
+
+def fixed_rates(temperature: float, requests: int = 24,
+                prompt: Callable[[int], tuple[float, ...]] | None = None,
+                k: int = 3) -> list[float]:
+    """Each fixed setting's rate, 0..k, on a quiet engine (``unseen_run``)."""
+    return [rate(unseen_run(temperature, requests, 0, f"fixed:{d}", prompt=prompt, k=k)[0])
+            for d in range(k + 1)]
+
+
+SLOW_S = 10.0  # a cold engine: its drafter's rounds 8x as slow (55 ms) for its first 10 s
+SCENARIOS = ("cold", "loaded", "switch", "switch_down")
+
+
+def scenario(name: str, temperature: float, seed: int, k: int = 3
+             ) -> tuple[list[Step], int, list[Step]]:
+    """A run of ``SCENARIOS``' ``name``, the step its change came at, and the best fixed
+    setting's trace of the same requests on a quiet engine (best after the change):
+    ``cold`` (40 requests, the first 10 s slow), ``loaded`` (100 requests, a first minute
+    with rounds 6x and the target's steps 1.2x as slow), ``switch`` (30 requests of
+    ``FOREIGN`` chances, then 40 of code), ``switch_down`` (40 of code, then 30 of
+    ``FOREIGN``, where not drafting is the best setting)."""
+    prompts = UNSEEN[temperature].prompts
+    code = lambda i: prompts[i % len(prompts)]  # noqa: E731
+    prompt, load, n, at_s, first = {
+        "cold": (code, slow(SLOW_S, 8.0), 40, SLOW_S, 0),
+        "loaded": (code, slow(60.0, 6.0, 1.2), 100, 60.0, 0),
+        "switch": (lambda i: FOREIGN if i < 30 else code(i), None, 70, 0.0, 30),
+        "switch_down": (lambda i: code(i) if i < 40 else FOREIGN, None, 70, 0.0, 40),
+    }[name]
+    trace, _ = unseen_run(temperature, n, seed, load=load, prompt=prompt, k=k)
+    start = next(i for i, s in enumerate(trace) if s.at >= at_s and s.request >= first)
+    fixed = [unseen_run(temperature, n, seed, f"fixed:{d}", prompt=prompt, k=k)[0]
+             for d in range(k + 1)]
+    return trace, start, max(fixed, key=lambda t: rate([s for s in t if s.request >= first
+                                                          and s.request >= trace[start].request]))
 
 
 def _noisy(rng: random.Random, costs: Costs, ms: float) -> float:
@@ -179,3 +351,33 @@ def run_cells(costs: Costs, reps: int, concurrency: tuple[int, ...] = (1, 4), k:
             cell["ratios"].append(rates["adaptive"] / rates["fixed"])
     return out
 
+
+
+if __name__ == "__main__":  # the figures docs/performance.md quotes: python policy_sim.py [SEEDS]
+    import statistics
+    import sys
+
+    seeds = range(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    for t in (1.0, 0.0):
+        off, *_, fixed = fixed_rates(t)
+        line = []
+        for seed in seeds:
+            trace, _ = unseen_run(t, 24, seed, load=slow(SLOW_S, 8.0))
+            after = [s for s in trace if s.at >= SLOW_S]
+            zero = sum(s.requests for s in after if not s.depth) / sum(s.requests for s in after)
+            line.append((rate(after) / fixed, zero))
+        print(f"T = {t:g}: fixed:3 {fixed / off:.3f}x target-only; after a 10 s slow start, "
+              f"adaptive over fixed:3 median {statistics.median(r for r, _ in line):.3f} "
+              f"[{min(r for r, _ in line):.3f}-{max(r for r, _ in line):.3f}], depth 0 "
+              f"{statistics.median(z for _, z in line):.1%} [{min(z for _, z in line):.1%}-"
+              f"{max(z for _, z in line):.1%}]")
+        for name in SCENARIOS:
+            got = [recovery(*scenario(name, t, seed)) for seed in seeds]
+            done = [r for r in got if r is not None]
+            rounds = [r for r, _ in done]
+            print(f"  {name:12s} request-rounds to within 5 % of the best fixed setting: "
+                  + (f"median {statistics.median(rounds):g}, max {max(rounds)}; then "
+                     f"{min(x for _, x in done):.3f}-{max(x for _, x in done):.3f} of it to "
+                     "the end" if done else "never")
+                  + (f" ({len(got) - len(done)} of {len(got)} never)" if len(done) < len(got)
+                     else ""))

@@ -10,8 +10,9 @@ objective, estimates, probes and measurements are written once, in docs/performa
 
 - ``adaptive`` (default): one depth d for the step's adaptive requests, the one maximizing
   the step's expected tokens per second from earlier rounds' accepted counts and step times
-  (d = 0, target-only, when no d > 0 beats it), with probes one depth off; greedy or
-  sampled drafts per sampling law where the drafter serves both;
+  (d = 0, target-only, when no d > 0 beats it), with probes (``probe``: one step one depth
+  off while drafting, bursts at K while not, so that what it turned off stays measured);
+  greedy or sampled drafts per sampling law where the drafter serves both;
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given);
 - ``off``: never draft (every step target-only);
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (tests and diagnosis).
@@ -21,8 +22,8 @@ those rounds where the drafter serves them; without it, the drafter's own mode.
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
 accepted counts shrunk to the fixed prior, the fixed step-cost model OWN_ROUND / OWN_DRAFT,
-a probe every ``probe_every`` of its own rounds), so its completion is the same whatever runs
-beside it. One request may carry its own setting (``PIN_ARG`` in its sampling params'
+probes on its own rounds' schedule), so its completion is the same whatever runs beside
+it. One request may carry its own setting (``PIN_ARG`` in its sampling params'
 extra_args); a pinned request is outside the adaptive estimates, and a value that does not
 parse is logged once and ignored.
 
@@ -38,15 +39,16 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 
-__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "sampling_law",
-           "ENV", "PIN_ARG"]
+__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "probe",
+           "sampling_law", "ENV", "PIN_ARG"]
 
 log = logging.getLogger(__name__)
 
 ENV = "SPECPAIR_DEPTH_POLICY"
 PIN_ARG = "specpair_depth_policy"  # a request's own setting (its sampling params' extra_args)
-PROBE_EVERY = 16  # adaptive steps between probes, while drafting
-PROBE_MAX = 256  # ... doubling up to this while at d = 0
+PROBE_EVERY = 16  # adaptive steps between one-step probes, while drafting
+PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
+PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
 _DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
 _PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many rounds of the prior
 _PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
@@ -138,10 +140,58 @@ def _first(pool: _Counts) -> float:
 
 
 @dataclass
+class _Probes:
+    """A probe schedule's state: the engine's (its adaptive steps), or a reproducible
+    request's own (its rounds)."""
+
+    steps: int = 0  # steps decided
+    gap: int = PROBE_EVERY  # steps from the start of one probe to the next
+    due: int = PROBE_EVERY  # the step at which the next probe starts
+    left: int = 0  # steps left in the current burst
+    depth: int = 0  # the burst's depth
+
+
+def probe(state: _Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) -> int:
+    """The depth to draft at this step, given the depth the estimates favour: that one, or a
+    probe's. A deterministic function of the schedule's own past (its step count and the
+    favoured depths it was given), nothing else.
+
+    While drafting (favoured > 0): one step every ``every`` drafts one depth off (one more,
+    or K - 1 from K). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the
+    bursts PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds
+    drafting still does not pay; a burst ends early once the estimates favour its depth.
+    A burst, not a single step: a request's first round after steps without drafts carries
+    the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
+    so only the burst's later rounds time the round and the deeper positions. So at most
+    one adaptive step in ``every`` drafts a depth the estimates do not favour (1 in 16),
+    and while drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
+    state.steps += 1
+    if state.left:
+        state.left -= 1
+        if favoured != state.depth:
+            return state.depth
+        state.left = 0  # the estimates favour it now: not a probe any more
+        return favoured
+    if state.steps < state.due or k_max == 0:
+        return favoured
+    if favoured == 0:
+        state.gap = max(PROBE_LEN * every, min(2 * state.gap, PROBE_MAX))
+        state.depth, state.left = k_max, PROBE_LEN - 1
+        state.due = state.steps + state.gap
+        return k_max
+    state.gap = every
+    state.due = state.steps + every
+    return favoured + 1 if favoured < k_max else favoured - 1
+
+
+@dataclass
 class _Req:
     counts: dict[bool, _Counts]  # by drafting mode (greedy: True)
     rounds: int = 0  # depths chosen for this request
     handed: int = 0  # drafts handed to the verifier at the last step
+    warm: bool = False  # drafts were handed at the step before this one: the drafter holds
+    # its tokens up to this step's, so a round now carries no catch-up
+    probes: _Probes = field(default_factory=_Probes)  # a reproducible request's own schedule
     greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
@@ -160,9 +210,15 @@ class _Fit:
     y: float = 0.0
     xx: float = 0.0
     xy: float = 0.0
+    step: int | None = None  # the policy's adaptive step of the last observation
 
-    def add(self, x: float, y: float) -> None:
-        d = _DECAY
+    def add(self, x: float, y: float, step: int | None = None) -> None:
+        """One observation; ``step``: the policy's adaptive steps so far, so that older
+        observations fade by _DECAY per adaptive step gone by, timed or not (without it: per
+        observation)."""
+        age = 1 if step is None or self.step is None else max(1, step - self.step)
+        self.step = step
+        d = _DECAY ** age
         self.w, self.x, self.y = d * self.w + 1, d * self.x + x, d * self.y + y
         self.xx, self.xy = d * self.xx + x * x, d * self.xy + x * y
         mean_x, mean_y = self.x / self.w, self.y / self.w
@@ -201,17 +257,22 @@ class DepthPolicy:
         # current bucket's
         self._fits: dict[int, tuple[_Fit, _Fit]] = {1: (self.fit, self.round_fit)}
         self._step: list[str] = []  # the requests observed at this step, in order
-        self._steps = 0  # adaptive steps decided (the probes' clock)
-        self._probe_gap = PROBE_EVERY  # steps from one probe to the next
-        self._next_probe = PROBE_EVERY - 1  # the adaptive step of the next probe
+        self._probes = _Probes()  # the engine's probe schedule, over its adaptive steps
+        self.probe_rounds = 0  # request-rounds drafted at a depth not favoured (cumulative)
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
         self._untimed = False  # the last step had a request outside the adaptive estimates
         self._joined = False  # a request was observed for the first time at the last step
-        # the last step's observation (fit, round fit, depth, rest, round or None), added
-        # at the next begin unless a request joined in between
-        self._pending: tuple[_Fit, _Fit, int, float, float | None] | None = None
+        self._catch_up = False  # a request drafted at the last step but not at the one before
+        # the last step's observation of the rest (fit, depth, seconds, step), added at the
+        # next begin unless a request joined in between
+        self._pending: tuple[_Fit, int, float, int] | None = None
+
+    @property
+    def _steps(self) -> int:
+        """Adaptive steps decided (the probes' clock)."""
+        return self._probes.steps
 
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
@@ -222,23 +283,25 @@ class DepthPolicy:
         finished requests."""
         now, k = self.clock(), self._last_depth
         # A request's first step follows its prefill, and its first round carries its
-        # prompt to the drafter: so a step is timed one step late, once it is known that
-        # no request joined in the next one (whose prefill ran inside this gap), and the
-        # round of a step a request joined in is not timed.
+        # prompt to the drafter: so the rest of a step is timed one step late, once it is
+        # known that no request joined in the next one (whose prefill ran inside this gap),
+        # and the round of a step a request joined in is not timed. Nor is a round that
+        # carried a request's catch-up (its first round after steps without drafts): it
+        # costs what the tokens carried cost, not the depth's (timed, the rounds of probes
+        # from d = 0 kept the round's fit high).
         if self._pending is not None and not self._joined:
-            fit, round_fit, depth, rest, rnd = self._pending
-            fit.add(depth, rest)
-            if rnd is not None:
-                round_fit.add(depth, rnd)
+            fit, depth, rest, step = self._pending
+            fit.add(depth, rest, step)
         self._pending = None
         if self._last is not None and k is not None and not self._untimed:
             gap = now - self._last
             if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
-                rnd = self._round if k and not self._joined else None
-                self._pending = (self.fit, self.round_fit, k,
-                                 max(0.0, gap - (self._round or 0.0)), rnd)
+                self._pending = (self.fit, k, max(0.0, gap - (self._round or 0.0)),
+                                 self._steps)
+                if k and self._round is not None and not (self._joined or self._catch_up):
+                    self.round_fit.add(k, self._round, self._steps)
         self._last, self._last_depth, self._round = now, None, None
-        self._untimed = self._joined = False
+        self._untimed = self._joined = self._catch_up = False
         self._step = []
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
@@ -268,7 +331,7 @@ class DepthPolicy:
             self._joined = True
         if r.handed and num_sampled > 0 and (r.setting or self.setting).mode == "adaptive":
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
-        r.handed = 0
+        r.warm, r.handed = r.handed > 0, 0
         self._step.append(req_id)
 
     def depths(self, greedy_items: bool = False) -> dict[str, int]:
@@ -291,8 +354,10 @@ class DepthPolicy:
             d = self._adaptive(reqs, max(out.values(), default=0))
             out |= dict.fromkeys(adaptive, d)
         for rid, k in out.items():
-            self._reqs[rid].rounds += 1
+            r = self._reqs[rid]
+            r.rounds += 1
             self.chosen[k] += 1
+            self._catch_up = self._catch_up or (k > 0 and not r.warm)
         # the step is timed against what was asked: a round that came back late still cost it
         self._last_depth = max(out.values(), default=0)
         return {rid: out[rid] for rid in self._step}
@@ -340,30 +405,22 @@ class DepthPolicy:
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
 
     def _adaptive(self, reqs: list[_Req], floor: int) -> int:
-        d = self._best(reqs, floor)
-        self._steps += 1
-        if self._steps > self._next_probe:
-            # while the engine stays off, each probe waits twice as long (a probe that does
-            # not pay costs less and less); drafting, one every probe_every steps
-            self._probe_gap = (min(2 * self._probe_gap, PROBE_MAX) if d == 0
-                               else self.setting.probe_every)
-            self._next_probe = self._steps + self._probe_gap - 1
-            d = d + 1 if d < self.k_max else d - 1
+        favoured = self._best(reqs, floor)
+        d = probe(self._probes, favoured, self.k_max, self.setting.probe_every)
+        if d != favoured:
+            self.probe_rounds += len(reqs)
         return d
 
     def _own(self, r: _Req) -> int:
         """A reproducible request's depth: from its own accepted counts and the fixed cost
-        model only (module docstring), a probe one depth off every probe_every of its own
-        rounds; the drafter's own mode."""
+        model only (module docstring), probed on its own schedule (``probe`` over its own
+        rounds); the drafter's own mode."""
         r.greedy = False
         accept = self._acceptance(r, False, _PRIOR_A)
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
-        d = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
-        every = self.setting.probe_every
-        if r.rounds % every == every - 1:
-            d = d + 1 if d < self.k_max else d - 1
-        return d
+        favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+        return probe(r.probes, favoured, self.k_max, self.setting.probe_every)
 
     def _pinned(self, r: _Req, s: PolicySetting, greedy_items: bool) -> int:
         r.greedy = False
