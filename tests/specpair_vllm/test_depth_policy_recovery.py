@@ -115,6 +115,12 @@ def test_in_a_run_the_probe_share_is_bounded_and_counted():
     assert late_probes <= PROBE_LEN * (len(late) // PROBE_MAX + 1), late_probes
     drafted = sum(s.requests for s in late if s.depth)
     assert drafted - late_probes <= 2 * 40, drafted
+    # seeded requests probe on their own rounds' schedule, counted alike: each within the
+    # bound over its own rounds (1 in 16, and one burst)
+    seeded = DepthPolicy(K, clock=SimClock())
+    trace = stream(seeded, LIVE, never, 40, random.Random(2), reproducible=True)
+    rounds = sum(s.requests for s in trace)
+    assert 0 < seeded.probe_rounds <= rounds / 16 + PROBE_LEN * 40, seeded.probe_rounds
 
 
 def test_a_round_that_carries_catch_up_is_not_timed():

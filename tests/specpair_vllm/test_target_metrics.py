@@ -12,11 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 from fake_source import PARAMS, FakeSource, K, V
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from specpair.vllm.depth_policy import PolicySetting
 from specpair.vllm.metrics import ITEM_LABELS, TargetMetrics
 from specpair.wire.session import DraftSession, StepRequest
 
@@ -76,9 +78,19 @@ def test_every_series_is_exported_at_zero_from_start():
             assert _v(reg, "specpair_accepted_drafts_total", position=str(k), mode=mode) == 0
     for k in range(K + 1):
         assert _v(reg, "specpair_chosen_depth_total", depth=str(k)) == 0
+        assert _v(reg, "specpair_policy_tokens_per_second", depth=str(k)) == 0
+        for part in ("round", "rest"):
+            assert _v(reg, "specpair_policy_step_seconds", depth=str(k), part=part) == 0
+    for k in range(1, K + 1):
+        assert _v(reg, "specpair_policy_acceptance", position=str(k)) == 0
+    assert _v(reg, "specpair_policy_acceptance", position="0") is None
+    assert _v(reg, "specpair_policy_favoured_depth") == 0
+    assert _v(reg, "specpair_policy_requests") == 0
+    assert _v(reg, "specpair_policy_probe_rounds_total") == 0
     text = generate_latest(reg).decode()
     assert "# TYPE specpair_round_seconds histogram" in text
     assert "# TYPE specpair_drafter_connected gauge" in text
+    assert "# TYPE specpair_policy_step_seconds gauge" in text
 
 
 def test_items_by_outcome_rounds_and_round_time():
@@ -155,14 +167,27 @@ def test_the_series_reach_another_processes_registry(tmp_path):
         from fake_source import PARAMS, FakeSource, K, V
         from specpair.vllm.metrics import target_metrics
         from specpair.wire.session import DraftSession, StepRequest
+        from specpair.vllm.depth_policy import DepthPolicy
         m = target_metrics(K)
         s = DraftSession(FakeSource(["ok", "missing"]), V, 0.5)
+        p = DepthPolicy(K, clock=iter(range(100)).__next__)
         for toks, sampled in (([1, 2, 3], 1), ([1, 2, 3, 0, 1], 2)):
             s.begin({"a"})
+            p.begin({"a"})
+            p.observe("a", sampled)
+            p.handed("a", p.depths()["a"])
             start = s.needed_from("a", len(toks))
             s.step([StepRequest("a", len(toks), torch.tensor(toks[start:]), sampled, K,
                                 PARAMS)])
-            m.publish(s)
+            p.round_time(s.last_round_s)
+            m.publish(s, p)
+        for _ in range(3):  # the policy's steps go on (1 s each), with no round sent
+            s.begin({"a"})
+            p.begin({"a"})
+            p.observe("a", 1)
+            p.handed("a", p.depths()["a"])
+            p.round_time(None)
+            m.publish(s, p)
         m.dropped_at_verify()
     """)
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp),
@@ -180,6 +205,15 @@ def test_the_series_reach_another_processes_registry(tmp_path):
     assert _v(reg, "specpair_drafts_dropped_at_verify_total") == 1
     assert _v(reg, "specpair_round_seconds_count") == 2
     assert _v(reg, "specpair_drafter_connected") == 1
+    # the policy's gauges too (a clock of 1 s a step: steps timed at 1 s)
+    assert _v(reg, "specpair_chosen_depth_total", depth=str(K)) == 5
+    assert _v(reg, "specpair_policy_requests") == 1
+    assert _v(reg, "specpair_policy_favoured_depth") == K
+    assert _v(reg, "specpair_policy_step_seconds", depth="0", part="rest") == pytest.approx(
+        1.0, rel=0.01)
+    assert 0 < _v(reg, "specpair_policy_acceptance", position="1") < 1
+    assert _v(reg, "specpair_policy_tokens_per_second", depth=str(K)) > 1
+    assert _v(reg, "specpair_policy_probe_rounds_total") == 0
 
 
 def _proposer():
@@ -217,3 +251,62 @@ def test_the_proposer_connects_at_engine_start_so_the_gauge_reads_the_truth(monk
     monkeypatch.setattr(vdrafting, "make_source", broken)
     proposer = _proposer()  # never raises at construction: the first step tries again
     assert proposer.drafting.source is None and proposer.drafting.remote is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _policy_steps(policy, publish, steps, accepted, live=("a",)):
+    """``steps`` decode steps of ``live``'s requests through ``policy`` (40 ms a step, 6 ms
+    its round), ``accepted(step)`` drafts accepted of those handed; ``publish()`` after each."""
+    sampled = dict.fromkeys(live, 1)
+    for step in range(steps):
+        policy.clock.now += 0.046
+        policy.begin(set(live))
+        for r in live:
+            policy.observe(r, sampled[r])
+        depths = policy.depths()
+        for r, k in depths.items():
+            policy.handed(r, k)
+            sampled[r] = 1 + min(k, accepted(step))
+        policy.round_time(0.006 if max(depths.values()) else None)
+        publish()
+
+
+def test_the_policys_estimates_are_gauges_so_its_choice_can_be_read():
+    """After each adaptive step the gauges hold what it chose from: per depth the step time
+    (round and rest) and the expected tokens per second, the largest of which it favours;
+    per position the estimated acceptance; the requests they are for; probes counted."""
+    from specpair.vllm.depth_policy import DepthPolicy
+
+    reg, m = _metrics()
+    policy = DepthPolicy(K, clock=_Clock())
+    session = DraftSession(FakeSource([]), V, 0.5)
+    _policy_steps(policy, lambda: m.publish(session, policy), 60, lambda step: 0)
+    e = policy.estimates
+    rates = [_v(reg, "specpair_policy_tokens_per_second", depth=str(k)) for k in range(K + 1)]
+    assert rates == pytest.approx(list(e.rates)) and rates[0] > 0
+    favoured = _v(reg, "specpair_policy_favoured_depth")
+    assert favoured == e.favoured == max(range(K + 1), key=lambda k: (rates[k], -k)) == 0
+    rest = [_v(reg, "specpair_policy_step_seconds", depth=str(k), part="rest")
+            for k in range(K + 1)]
+    rnd = [_v(reg, "specpair_policy_step_seconds", depth=str(k), part="round")
+           for k in range(K + 1)]
+    assert rest[0] == pytest.approx(0.046, rel=0.1) and rnd[0] == 0
+    assert rnd[K] == pytest.approx(0.006, rel=0.2)
+    assert [rest[k] + rnd[k] for k in range(K + 1)] == pytest.approx(
+        [policy.time(k) for k in range(K + 1)])
+    accept = [_v(reg, "specpair_policy_acceptance", position=str(k)) for k in range(1, K + 1)]
+    assert accept == pytest.approx(list(e.accept)) and accept[0] < 0.5  # nothing accepted
+    assert _v(reg, "specpair_policy_requests") == 1
+    assert _v(reg, "specpair_policy_probe_rounds_total") == policy.probe_rounds > 0
+    # a pinned engine makes no adaptive step: the gauges keep the last adaptive one's
+    pinned = DepthPolicy(K, PolicySetting("fixed"), clock=_Clock())
+    m.publish(session, pinned)
+    assert _v(reg, "specpair_policy_favoured_depth") == 0
+    assert _v(reg, "specpair_policy_requests") == 1

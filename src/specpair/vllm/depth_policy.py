@@ -39,8 +39,8 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 
-__all__ = ["DepthPolicy", "PolicySetting", "expected_tokens", "parse_setting", "probe",
-           "sampling_law", "ENV", "PIN_ARG"]
+__all__ = ["DepthPolicy", "Estimates", "PolicySetting", "expected_tokens", "parse_setting",
+           "probe", "sampling_law", "ENV", "PIN_ARG"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,23 @@ def probe(state: _Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) -
     return favoured + 1 if favoured < k_max else favoured - 1
 
 
+@dataclass(frozen=True)
+class Estimates:
+    """What the last adaptive step's depth was chosen from (the /metrics gauges): per depth
+    d = 0..K the fitted step time, split into the PROPOSE round and the rest (seconds; 0
+    until a step was timed), and the expected tokens per second; a_1..a_K, the mean of the
+    step's adaptive requests' estimates; the depth they favoured and the one drafted (a
+    probe's, when one ran)."""
+
+    requests: int
+    favoured: int
+    chosen: int
+    rest_seconds: tuple[float, ...]
+    round_seconds: tuple[float, ...]
+    rates: tuple[float, ...]
+    accept: tuple[float, ...]
+
+
 @dataclass
 class _Req:
     counts: dict[bool, _Counts]  # by drafting mode (greedy: True)
@@ -258,7 +275,10 @@ class DepthPolicy:
         self._fits: dict[int, tuple[_Fit, _Fit]] = {1: (self.fit, self.round_fit)}
         self._step: list[str] = []  # the requests observed at this step, in order
         self._probes = _Probes()  # the engine's probe schedule, over its adaptive steps
-        self.probe_rounds = 0  # request-rounds drafted at a depth not favoured (cumulative)
+        # request-rounds drafted at a depth their estimates did not favour (cumulative; the
+        # engine's adaptive requests and reproducible ones)
+        self.probe_rounds = 0
+        self.estimates: Estimates | None = None  # the last adaptive step's (metrics)
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
@@ -398,17 +418,31 @@ class DepthPolicy:
         return self._best([self._reqs[rid] for rid in req_ids if rid in self._reqs], floor)
 
     def _best(self, reqs: list[_Req], floor: int) -> int:
+        return self._rates(reqs, floor)[0]
+
+    def _rates(self, reqs: list[_Req], floor: int
+               ) -> tuple[int, list[float], list[list[float]]]:
+        """The favoured depth, the expected tokens per second of each d, each request's
+        a_1..a_K."""
         accepts = [self._acceptance(r, r.greedy, _first(self._pool(r.law, r.greedy)))
                    for r in reqs]
         rates = [sum(expected_tokens(a, d) for a in accepts) / self.time(max(d, floor))
                  for d in range(self.k_max + 1)]
-        return max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
+        return max(range(self.k_max + 1), key=lambda d: (rates[d], -d)), rates, accepts
 
     def _adaptive(self, reqs: list[_Req], floor: int) -> int:
-        favoured = self._best(reqs, floor)
+        favoured, rates, accepts = self._rates(reqs, floor)
         d = probe(self._probes, favoured, self.k_max, self.setting.probe_every)
         if d != favoured:
             self.probe_rounds += len(reqs)
+        timed = self.fit.w > 0
+        ks = range(self.k_max + 1)
+        self.estimates = Estimates(
+            len(reqs), favoured, d,
+            tuple(self.fit.time(k) if timed else 0.0 for k in ks),
+            tuple(self.round_fit.time(k) if timed and k else 0.0 for k in ks),
+            tuple(r if timed else 0.0 for r in rates),
+            tuple(sum(a[j] for a in accepts) / len(accepts) for j in range(self.k_max)))
         return d
 
     def _own(self, r: _Req) -> int:
@@ -420,7 +454,9 @@ class DepthPolicy:
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
         favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
-        return probe(r.probes, favoured, self.k_max, self.setting.probe_every)
+        d = probe(r.probes, favoured, self.k_max, self.setting.probe_every)
+        self.probe_rounds += d != favoured
+        return d
 
     def _pinned(self, r: _Req, s: PolicySetting, greedy_items: bool) -> int:
         r.greedy = False

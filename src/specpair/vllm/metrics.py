@@ -15,9 +15,10 @@ it to an empty directory per start. Without it, the series land in prometheus_cl
 default registry: on ``/metrics`` only when the engine runs inside the API server process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise a WARNING says they are not exported.
 
-Counters are process-local sums (multiprocess mode adds the files up); the connected gauge
-is the most recent write of any process (``mostrecent``, as vLLM's own gauges). Every series
-of the contract exists from the proposer's construction at engine start, at 0.
+Counters are process-local sums (multiprocess mode adds the files up); the gauges (the
+connected gauge, the depth policy's estimates) are the most recent write of any process
+(``mostrecent``, as vLLM's own gauges). Every series of the contract exists from the
+proposer's construction at engine start, at 0.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ITEM_LABELS", "MODES", "ROUND_BUCKETS", "TargetMetrics", "target_metrics"]
+__all__ = ["ITEM_LABELS", "MODES", "PARTS", "ROUND_BUCKETS", "TargetMetrics", "target_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ ITEM_LABELS: tuple[tuple[str, str], ...] = (
     ("refused", "refused"),
 )
 MODES = ("greedy", "sampled")  # drafting modes (specpair.wire.session.draft_mode)
+PARTS = ("round", "rest")  # a step's time: its PROPOSE round, the rest (the verify, vLLM)
 # 0.5 ms .. 5 s: a loopback round takes milliseconds; the default deadline is 200 ms
 ROUND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                  2.5, 5.0)
@@ -85,23 +87,58 @@ class TargetMetrics:
         self.chosen_depth = Counter(
             "specpair_chosen_depth", "Depths the depth policy chose, per request and round "
             "(0: no drafts, target-only)", ["depth"], registry=registry)
+        # the adaptive depth policy's estimates at its last adaptive step (why it chose
+        # what it chose: docs/performance.md, "Adaptive policy")
+        self.policy_step_seconds = Gauge(
+            "specpair_policy_step_seconds", "The depth policy's fitted time of a decode step "
+            "drafting depth d, split into its PROPOSE round and the rest, at its last adaptive "
+            "step's batch size (0 until a step was timed)", ["depth", "part"],
+            registry=registry, multiprocess_mode="mostrecent")
+        self.policy_rate = Gauge(
+            "specpair_policy_tokens_per_second", "The depth policy's expected tokens per "
+            "second of its last adaptive step's requests at depth d (it favours the largest; "
+            "0 until a step was timed)", ["depth"], registry=registry,
+            multiprocess_mode="mostrecent")
+        self.policy_acceptance = Gauge(
+            "specpair_policy_acceptance", "The depth policy's estimated chance that draft k "
+            "is accepted once 1..k-1 were, mean of its last adaptive step's requests",
+            ["position"], registry=registry, multiprocess_mode="mostrecent")
+        self.policy_favoured = Gauge(
+            "specpair_policy_favoured_depth", "The depth the policy's estimates favoured at "
+            "its last adaptive step (a probe may have drafted another)", registry=registry,
+            multiprocess_mode="mostrecent")
+        self.policy_requests = Gauge(
+            "specpair_policy_requests", "Adaptive requests in the depth policy's last adaptive "
+            "step (the estimates above are theirs)", registry=registry,
+            multiprocess_mode="mostrecent")
+        self.policy_probes = Counter(
+            "specpair_policy_probe_rounds", "Request-rounds the depth policy drafted at a depth "
+            "its estimates did not favour (probes: at most one adaptive step in 16)",
+            registry=registry)
         for outcome, reason in ITEM_LABELS:
             self.items.labels(outcome, reason)
         self.connected.set(0)
-        self._depth = 0
+        self.policy_favoured.set(0)
+        self.policy_requests.set(0)
+        self._depth = -1  # depths exported so far: 0..this
         self._seen: dict[tuple[Any, ...], int] = {}  # (session id, what) -> count exported
+        self._estimates: Any = None  # the policy's estimates last exported
         self._lock = threading.Lock()
 
     def init_depth(self, depth: int) -> None:
         """Export positions 1..``depth`` of both modes, and chosen depths 0..``depth``, at 0
-        (the configured K)."""
+        (the configured K); the policy's gauges likewise."""
         with self._lock:
-            self.chosen_depth.labels("0")
             for k in range(self._depth + 1, depth + 1):
                 self.chosen_depth.labels(str(k))
-                for mode in MODES:
-                    self.draft_tokens.labels(str(k), mode)
-                    self.accepted.labels(str(k), mode)
+                self.policy_rate.labels(str(k)).set(0)
+                for part in PARTS:
+                    self.policy_step_seconds.labels(str(k), part).set(0)
+                if k:
+                    self.policy_acceptance.labels(str(k)).set(0)
+                    for mode in MODES:
+                        self.draft_tokens.labels(str(k), mode)
+                        self.accepted.labels(str(k), mode)
             self._depth = max(self._depth, depth)
 
     def publish(self, session: Any, policy: Any = None) -> None:
@@ -127,6 +164,23 @@ class TargetMetrics:
             if policy is not None:
                 for k, n in enumerate(policy.chosen):
                     self._add(self.chosen_depth.labels(str(k)), (id(policy), "chosen", k), n)
+                self._add(self.policy_probes, (id(policy), "probes"), policy.probe_rounds)
+                self._export_estimates(policy.estimates)
+
+    def _export_estimates(self, e: Any) -> None:
+        """The policy's ``Estimates`` on the gauges, when an adaptive step made new ones."""
+        if e is None or e is self._estimates:
+            return
+        self._estimates = e
+        self.policy_favoured.set(e.favoured)
+        self.policy_requests.set(e.requests)
+        for k, (rest, rnd, r) in enumerate(zip(e.rest_seconds, e.round_seconds, e.rates,
+                                                strict=True)):
+            self.policy_step_seconds.labels(str(k), "rest").set(rest)
+            self.policy_step_seconds.labels(str(k), "round").set(rnd)
+            self.policy_rate.labels(str(k)).set(r)
+        for k, a in enumerate(e.accept, 1):
+            self.policy_acceptance.labels(str(k)).set(a)
 
     def dropped_at_verify(self) -> None:
         self.dropped.inc()
