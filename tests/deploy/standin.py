@@ -1,9 +1,10 @@
 """The stand-in pair of the real-Docker deploy tests (test_deploy_standin.py,
 test_deploy_recovery.py): a busybox image built here with `docker import` (no specpair image
-needed) serves /health over httpd on host networking as both target and drafter, through a
-copy of inventories/local that points the service role at it (no smoke completion, no in-image
-gates: the stand-in has none). Needs a statically linked busybox: $SPECPAIR_TEST_BUSYBOX, or
-`busybox` on PATH (Debian's busybox-static); skipped otherwise, or without a Docker engine.
+needed) serves /health over httpd on host networking as the target's two ranks and the
+drafter, through a copy of inventories/local that points the service role at it (no smoke
+completion, no in-image gates: the stand-in has none). Needs a statically linked busybox:
+$SPECPAIR_TEST_BUSYBOX, or `busybox` on PATH (Debian's busybox-static); skipped otherwise, or
+without a Docker engine.
 """
 
 
@@ -26,15 +27,16 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-# SPECPAIR_TEST_STANDIN_ID (a short name) and SPECPAIR_TEST_STANDIN_PORT (the first of two ports)
+# SPECPAIR_TEST_STANDIN_ID (a short name) and SPECPAIR_TEST_STANDIN_PORT (the first of three ports)
 # let two runs on one Docker engine (two checkouts) use their own image, containers and ports.
 _ID = os.environ.get("SPECPAIR_TEST_STANDIN_ID", "")
 _PORT = int(os.environ.get("SPECPAIR_TEST_STANDIN_PORT", "28400"))
 _SUFFIX = f"-{_ID}" if _ID else ""
 IMAGE = f"specpair-standin{_SUFFIX}:test"
 NAMES = {"sparkhead": f"specpair-standin{_SUFFIX}-target",
+         "sparkworker": f"specpair-standin{_SUFFIX}-worker",
          "x86host": f"specpair-standin{_SUFFIX}-drafter"}
-PORTS = {"sparkhead": _PORT, "x86host": _PORT + 1}
+PORTS = {"sparkhead": _PORT, "x86host": _PORT + 1, "sparkworker": _PORT + 2}
 HOSTS = ("local-sparkhead", "local-sparkworker", "local-x86host")
 START = b"""#!/bin/sh
 mkdir -p /tmp/www && echo ok > /tmp/www/health
@@ -158,6 +160,9 @@ POINTS = {
     and intent(env)["to"]["name"] == to,
     "old target removed": lambda env, to: label(NAMES["sparkhead"]) is None,
     "new drafter started": lambda env, to: label(NAMES["x86host"]) == to,
+    # the target's rank 1 starts beside the drafter, before its head
+    "new worker started": lambda env, to: label(NAMES["sparkworker"]) == to
+    and label(NAMES["sparkhead"]) is None,
     "new target started": lambda env, to: label(NAMES["sparkhead"]) == to,
     "records committing": lambda env, to: intent(env).get("phase") == "commit",
     "first record written": lambda env, to: any(current(env, h) == to for h in HOSTS),
@@ -255,7 +260,7 @@ def kill_then(env: dict, point: str, then: str = "deploy") -> str:
     assert "recovery: found an unfinished deploy" in out, out
     assert ("rolled FORWARD" if forward else "rolled BACK") in out, out
     assert [current(env, h) for h in HOSTS] == [expect] * 3, (then, out)
-    assert label(NAMES["sparkhead"]) == expect and label(NAMES["x86host"]) == expect
+    assert {label(name) for name in NAMES.values()} == {expect}
     assert intent(env).get("phase") == "done"
     said = next(line for line in out.splitlines() if "recovery:" in line).strip()
     return (f"{point} -> {then}: killed {killed_at:.0f} s into the deploy {now} -> {to} with "
@@ -266,9 +271,9 @@ def kill_then(env: dict, point: str, then: str = "deploy") -> str:
 def window(env: dict) -> str:
     """Deploy the other release and measure, from Docker's events, the half-pair window: from
     the first stop signal to the old pair to the new target's health. Checks the order
-    playbooks/tasks/apply-pair.yml keeps (both old containers gone before the new drafter is
-    created; the new drafter healthy before the new target is created) and returns a line
-    with the window and its parts."""
+    playbooks/tasks/apply-pair.yml keeps (every old container gone before the new drafter and
+    worker are created; the new drafter healthy and the worker created before the new target
+    head is created) and returns a line with the window and its parts."""
     if current(env, HOSTS[0]) is None:
         rc, out = deploy(env, "sa")
         assert rc == 0, out
@@ -292,17 +297,20 @@ def window(env: dict) -> str:
     at: dict[tuple[str, str], float] = {}
     for line in events.splitlines():
         e = json.loads(line)
-        role = "target" if e["Actor"]["Attributes"]["name"] == NAMES["sparkhead"] else "drafter"
+        role = {NAMES["sparkhead"]: "target", NAMES["sparkworker"]: "worker",
+                NAMES["x86host"]: "drafter"}[e["Actor"]["Attributes"]["name"]]
         at.setdefault((role, e.get("status") or e["Action"]), e["timeNano"] / 1e9)  # the first
-    steps = [(r, s) for r in ("target", "drafter") for s in ("kill", "destroy")] + [
+    roles = ("target", "worker", "drafter")
+    steps = [(r, s) for r in roles for s in ("kill", "destroy")] + [
         ("drafter", "create"), ("drafter", "health_status: healthy"), ("target", "create"),
-        ("target", "health_status: healthy")]
+        ("target", "health_status: healthy"), ("worker", "create")]
     missing = [s for s in steps if s not in at]
     assert not missing, (missing, events)
-    stop = min(at["target", "kill"], at["drafter", "kill"])
-    gone = max(at["target", "destroy"], at["drafter", "destroy"])
-    t = [gone, *(at[s] for s in steps[4:])]
+    stop = min(at[r, "kill"] for r in roles)
+    gone = max(at[r, "destroy"] for r in roles)
+    t = [gone, *(at[s] for s in steps[6:10])]
     assert t == sorted(t), at  # old pair gone < drafter created < healthy < target created < ...
+    assert gone < at["worker", "create"] < at["target", "create"], at
     return (f"half-pair window of the deploy to {to}: {t[4] - stop:.1f} s (first stop signal "
             f"to the old pair -> new target healthy): removals {t[0] - stop:.1f} s, then "
             f"{t[1] - t[0]:.1f} s to the drafter's create, drafter create -> healthy "

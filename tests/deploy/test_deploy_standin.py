@@ -1,8 +1,9 @@
 """The real playbooks on the local Docker engine with a stand-in pair (the lock, the exit codes
 and the rescue's failures checked against real containers, without specpair's images):
 a busybox image built here with `docker import` (no specpair image needed) serves /health over
-httpd on host networking as both target and drafter, through a copy of inventories/local that
-points the service role at it (no smoke completion, no in-image gates: the stand-in has none).
+httpd on host networking as the target's two ranks and the drafter, through a copy of
+inventories/local that points the service role at it (no smoke completion, no in-image gates:
+the stand-in has none).
 
   deploy A -> exit 0, pair consistent;
   deploy B while the test takes the target's port once the old target is gone: B's target and
