@@ -102,7 +102,7 @@ def _heal(env: dict, service: str, seed: int) -> tuple[float, dict]:
             took = time.monotonic() - t0
             m = _metrics(env)
             # the new head has served this one completion: its count started again
-            return took, {"seen": seen, "counters_reset": m[SERVED] < count, "metrics": m,
+            return took, {"seen": seen, "counters_reset": m[SERVED] < count,
                           "restarts": {s: c["RestartCount"] - before[s]["RestartCount"]
                                        for s, c in now.items()}}
         seed += 1
