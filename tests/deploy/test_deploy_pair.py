@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tag(*args: str) -> str:
-    """The one tag scheme, as `make image` and `make gates-nofix` tag (scripts/image-tag.sh)."""
-    return subprocess.run([str(ROOT / "scripts" / "image-tag.sh"), *args], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    """The one tag scheme, as `make image` and `make gates-nofix` tag (images/bin/image-tag.sh)."""
+    return subprocess.run([str(ROOT / "images" / "bin" / "image-tag.sh"), *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 TARGET, DRAFTER = _tag("target", "cpu"), _tag("drafter", "cpu")

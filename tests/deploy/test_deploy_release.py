@@ -105,7 +105,7 @@ def test_release_new_defaults_to_the_tags_make_image_gives(tmp_path):
                           "--dir", str(tmp_path)], capture_output=True, text=True, env=env,
                          timeout=120, check=False)
     assert out.returncode == 4
-    version = subprocess.run([str(Path(__file__).parents[2] / "scripts" / "image-tag.sh"),
+    version = subprocess.run([str(Path(__file__).parents[2] / "images" / "bin" / "image-tag.sh"),
                               "--version"], capture_output=True, text=True).stdout.strip()
     assert f"image 'specpair-target:gb10-{version}' is not in the local Docker engine" \
         in out.stderr, out.stderr

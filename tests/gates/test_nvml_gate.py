@@ -4,7 +4,7 @@ capability its role expects.
 Runs inside every image (`make gates`) and in `make test`. Anywhere NVML works it must pass.
 Where NVML finds no GPU it FAILS if the host has NVIDIA devices (a gate that cannot see its
 hardware on the hardware must not pass): SPECPAIR_HOST_GPUS names what the gate runner found on
-the host (scripts/image-gates.sh, the Ansible gates role), and this process looks for itself
+the host (images/bin/image-gates.sh, the Ansible gates role), and this process looks for itself
 too (/dev/nvidia<N>, /proc/driver/nvidia under SPECPAIR_DEVICE_ROOT, default /). It skips,
 naming the reason, only where there is no NVIDIA device at all (the CPU profile).
 SPECPAIR_ROLE picks the host role (sparkhead, sparkworker, x86host); without it the profile

@@ -1,4 +1,5 @@
-"""Helpers for the image tests: load the scripts/ modules (they are not a package)."""
+"""Helpers for the image tests: load the script modules of images/bin/ and scripts/ (they are not
+a package)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_script(name: str) -> ModuleType:
-    """Import scripts/<name>.py as a module."""
-    path = ROOT / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_specpair_scripts_{name}", path)
+def load_script(relpath: str) -> ModuleType:
+    """Import the script at RELPATH (from the repository root) as a module."""
+    path = ROOT / relpath
+    spec = importlib.util.spec_from_file_location(f"_specpair_script_{path.stem}", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -25,14 +26,14 @@ def load_script(name: str) -> ModuleType:
 
 @pytest.fixture(scope="session")
 def image_lock() -> ModuleType:
-    return load_script("image_lock")
+    return load_script("images/bin/image_lock.py")
 
 
 @pytest.fixture(scope="session")
 def gates_report() -> ModuleType:
-    return load_script("image_gates_report")
+    return load_script("images/bin/image_gates_report.py")
 
 
 @pytest.fixture(scope="session")
 def pair_report() -> ModuleType:
-    return load_script("local_pair_report")
+    return load_script("scripts/local_pair_report.py")

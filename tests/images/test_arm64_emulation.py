@@ -1,4 +1,4 @@
-"""scripts/arm64-emulation.sh: nothing on arm64; elsewhere qemu set up or the missing piece named
+"""images/bin/arm64-emulation.sh: nothing on arm64; elsewhere qemu set up or the missing piece named
 in one line. Runs with stand-in tools on PATH and a stand-in binfmt_misc directory: nothing on
 this machine is installed, mounted or enabled by these tests."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from .conftest import ROOT
 
-SCRIPT = ROOT / "scripts" / "arm64-emulation.sh"
+SCRIPT = ROOT / "images" / "bin" / "arm64-emulation.sh"
 
 
 def _tools(tmp_path: Path, uid: int = 0, **fakes: str) -> Path:
@@ -71,7 +71,7 @@ def test_an_enabled_handler_is_ready(tmp_path):
                       "(apt-get install qemu-user-static binfmt-support as root)"),
     (0, {}, False, "qemu-user-static binfmt-support not installed and no apt-get here"),
     (0, {}, True, "qemu-user-static binfmt-support not installed (run "
-                  "scripts/arm64-emulation.sh as root)"),
+                  "images/bin/arm64-emulation.sh as root)"),
     (0, {"apt-get": "exit 100"}, False,
      "apt-get update failed (needed for qemu-user-static binfmt-support)"),
     (0, {"apt-get": '[ "$1" = update ] || exit 100'}, False,
@@ -116,5 +116,6 @@ def test_an_enable_that_does_not_take_is_named(tmp_path):
 
 def test_the_gb10_path_calls_it():
     for script in ("image-build.sh", "image-base.sh", "image-gates.sh"):
-        assert "scripts/arm64-emulation.sh" in (ROOT / "scripts" / script).read_text(), script
+        text = (ROOT / "images" / "bin" / script).read_text()
+        assert "images/bin/arm64-emulation.sh" in text, script
     assert os.access(SCRIPT, os.X_OK)

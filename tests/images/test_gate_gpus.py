@@ -1,4 +1,4 @@
-"""The gates see the GPUs where the host has them: scripts/image-gates.sh's detection (a stand-in
+"""The gates see the GPUs where the host has them: images/bin/image-gates.sh's detection (a stand-in
 device root), the NVML gate run with what it found (it FAILS on a host with an NVIDIA device
 when NVML finds no GPU, and skips, saying why, only where there is none), and the report that
 names the case. The gate runs here in this venv, as the image's pytest would (no Docker)."""
@@ -18,7 +18,7 @@ NVML_GATE = "tests/gates/test_nvml_gate.py"
 
 
 def _detect(root: Path) -> dict[str, str]:
-    proc = subprocess.run([str(ROOT / "scripts" / "image-gates.sh"), "--detect"],
+    proc = subprocess.run([str(ROOT / "images" / "bin" / "image-gates.sh"), "--detect"],
                           env={**os.environ, "GATES_DEVICE_ROOT": str(root)},
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
@@ -64,7 +64,7 @@ def test_no_device_no_gpus(tmp_path):
 
 
 def test_the_script_gives_the_container_the_gpus_and_the_finding():
-    text = (ROOT / "scripts" / "image-gates.sh").read_text()
+    text = (ROOT / "images" / "bin" / "image-gates.sh").read_text()
     assert 'docker run --rm --network "$network" --user 0 "${gpu_args[@]}"' in text
     assert '-e SPECPAIR_HOST_GPUS="$gpus"' in text
     assert '--host-gpus "$gpus"' in text

@@ -1,7 +1,7 @@
-"""Inside the gb10 target image (linux/arm64; elsewhere under qemu: scripts/arm64-emulation.sh):
+"""Inside the gb10 target image (linux/arm64; elsewhere under qemu: images/bin/arm64-emulation.sh):
 vLLM imports (on an arm64 host only: under qemu the import of torch dies), `specpair overlay
 verify` passes against the CUDA variant's pinned hashes, the attestation gate passes through
-scripts/image-gates.sh (its file alone: pytest imports what it collects), and the compiled wire
+images/bin/image-gates.sh (its file alone: pytest imports what it collects), and the compiled wire
 module loads (by its file) and encodes. The gates that compute with torch (rng, vLLM sampling)
 are for the real Spark: under qemu torch's oneDNN cannot read MIDR_EL1 and the process dies
 (images/README.md "Hardware profiles").
@@ -49,7 +49,7 @@ def image() -> str:
         pytest.skip(f"{IMAGE} is not loaded in docker (build it: make image PROFILE=gb10)")
     assert inspect.stdout.strip() == "arm64", inspect.stdout
     emu = subprocess.run(
-        [str(ROOT / "scripts" / "arm64-emulation.sh"), "--check"],
+        [str(ROOT / "images" / "bin" / "arm64-emulation.sh"), "--check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -81,11 +81,11 @@ def test_overlay_verify_passes_against_the_cuda_variant(image: str) -> None:
 
 def test_the_attestation_gate_passes(image: str, tmp_path: Path) -> None:
     # only the attestation gate's file: pytest imports every module it collects, and the
-    # others import torch, which kills the emulated process (scripts/image-gates.sh)
+    # others import torch, which kills the emulated process (images/bin/image-gates.sh)
     env = dict(os.environ, GATES_OUT=str(tmp_path),
                GATES_TESTS="tests/gates/test_attestation_gate.py")
     proc = subprocess.run(
-        [str(ROOT / "scripts" / "image-gates.sh"), image],
+        [str(ROOT / "images" / "bin" / "image-gates.sh"), image],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,

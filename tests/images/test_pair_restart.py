@@ -69,7 +69,7 @@ def test_a_killed_drafter_container_comes_back_and_drafts_flow_again(pair):
     port = pair["SPECPAIR_TARGET_PORT"]
     base = f"http://127.0.0.1:{port}"
     model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
-    prompt = load_script("local_pair_report").PROMPT
+    prompt = load_script("scripts/local_pair_report.py").PROMPT
 
     def complete(seed: int) -> None:
         body = {

@@ -65,7 +65,7 @@ def pair(tmp_path_factory):
 
 
 def _complete(env: dict, seed: int) -> bool:
-    body = {"model": env["model"], "prompt": load_script("local_pair_report").PROMPT,
+    body = {"model": env["model"], "prompt": load_script("scripts/local_pair_report.py").PROMPT,
             "max_tokens": 4, "temperature": 1.0, "seed": seed, "ignore_eos": True}
     try:
         out = http(f"http://127.0.0.1:{env['SPECPAIR_TARGET_PORT']}/v1/completions", body,

@@ -1,4 +1,4 @@
-"""The gate-run verdict (scripts/image_gates_report.py) and the pair's metric parsing."""
+"""The gate-run verdict (images/bin/image_gates_report.py) and the pair's metric parsing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One tag scheme: scripts/image-tag.sh is what `make image` tags, and compose, the gates, the
+"""One tag scheme: images/bin/image-tag.sh is what `make image` tags, and compose, the gates, the
 local pair, the release CLI and the Ansible images role name the same tags (no build here)."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ COMPOSE = {"x86host.yml": [("drafter", "drafter", "rtx3090")],
 
 
 def _tag(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(ROOT / "scripts" / "image-tag.sh"), *args], capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run([str(ROOT / "images" / "bin" / "image-tag.sh"), *args],
+                          capture_output=True, text=True, timeout=30)
 
 
 @pytest.mark.parametrize(("role", "profile"), [("drafter", "cpu"), ("drafter", "rtx3090"),
@@ -53,12 +53,12 @@ def test_bad_input_is_refused(args):
 
 
 def test_make_image_and_the_scripts_use_the_scheme():
-    build = (ROOT / "scripts" / "image-build.sh").read_text()
-    assert 'tag=${3:-$(scripts/image-tag.sh "$role" "$profile")}' in build
-    verify = (ROOT / "scripts" / "image-verify.sh").read_text()
-    assert 'tags[$role]=$(scripts/image-tag.sh "$role" "$profile")' in verify
+    build = (ROOT / "images" / "bin" / "image-build.sh").read_text()
+    assert 'tag=${3:-$(images/bin/image-tag.sh "$role" "$profile")}' in build
+    verify = (ROOT / "images" / "bin" / "image-verify.sh").read_text()
+    assert 'tags[$role]=$(images/bin/image-tag.sh "$role" "$profile")' in verify
     assert "specpair-$role:$profile" not in verify
-    assert "scripts/image-tag.sh" in (ROOT / "scripts" / "local-pair.sh").read_text()
+    assert "images/bin/image-tag.sh" in (ROOT / "scripts" / "local-pair.sh").read_text()
 
 
 @pytest.mark.parametrize(("profile", "tags"), [
@@ -69,12 +69,12 @@ def test_make_gates_names_the_tags_make_image_gives(profile, tags):
     proc = subprocess.run(["make", "-n", "--no-print-directory", "gates", f"PROFILE={profile}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    line = next(ln for ln in proc.stdout.splitlines() if "scripts/image-gates.sh" in ln)
-    assert line.split("scripts/image-gates.sh", 1)[1].split() == tags
+    line = next(ln for ln in proc.stdout.splitlines() if "images/bin/image-gates.sh" in ln)
+    assert line.split("images/bin/image-gates.sh", 1)[1].split() == tags
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None,
-                    reason="docker-compose (v1, Debian) not installed; scripts/image-tools.sh")
+                    reason="docker-compose (v1, Debian) not installed; images/bin/image-tools.sh")
 @pytest.mark.parametrize("name", sorted(COMPOSE))
 def test_compose_names_the_tags_make_image_gives(name, tmp_path):
     key = tmp_path / "key"

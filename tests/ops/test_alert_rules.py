@@ -71,8 +71,9 @@ def test_promtool_rule_unit_tests_pass(promtool: str) -> None:
 
 def test_every_alert_is_shown_firing_and_not_firing() -> None:
     alerts = {r["alert"] for r in _rules() if "alert" in r}
-    assert alerts == {"SpecpairDrafterDisconnected", "SpecpairDraftsMissing", "SpecpairRankMismatch",
-                      "SpecpairTargetRestarted", "SpecpairAcceptanceCollapsed", "SpecpairHealthFailed", "SpecpairGpuXid",
+    assert alerts == {"SpecpairDrafterDisconnected", "SpecpairDraftsMissing",
+                      "SpecpairRankMismatch", "SpecpairTargetRestarted",
+                      "SpecpairAcceptanceCollapsed", "SpecpairHealthFailed", "SpecpairGpuXid",
                       "SpecpairHealthCannotProbe", "SpecpairHealthStale"}
     cases = [c for t in yaml.safe_load(UNIT.read_text())["tests"]
              for c in t.get("alert_rule_test", [])]

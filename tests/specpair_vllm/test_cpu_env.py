@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_image_and_the_local_pair_set_what_cpu_target_env_says():
     want = cpu_target_env("/opt/venv") if (Path("/opt/venv/lib") / IOMP).is_file() else None
     image_lib = f"/opt/venv/lib/{IOMP}"
-    containerfile = (ROOT / "images/target/Containerfile").read_text()
-    build = (ROOT / "scripts/image-build.sh").read_text()
+    containerfile = (ROOT / "images/Containerfile").read_text()
+    build = (ROOT / "images/bin/image-build.sh").read_text()
     assert "LD_PRELOAD=${TARGET_LD_PRELOAD}" in containerfile and "KMP_BLOCKTIME=0" in containerfile
     assert f"target_ld_preload={image_lib}" in build
     env = yaml.safe_load((ROOT / "compose/local-cpu.yml").read_text())["services"]["target"][

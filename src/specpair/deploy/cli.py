@@ -200,7 +200,7 @@ def _run_release_new(args: argparse.Namespace) -> int:
     check_release_config(args.name, profiles, config)  # before Docker is asked
     refs = {"target": args.target, "drafter": args.drafter}
     for role, ref in refs.items():
-        if ref is None:  # the one tag scheme (scripts/image-tag.sh)
+        if ref is None:  # the one tag scheme (images/bin/image-tag.sh)
             refs[role] = image_tag(role, profiles[role], runner.repo_root())
     release = Release(name=args.name, profiles=profiles,
                       images={role: resolve_image(ref) for role, ref in refs.items()},

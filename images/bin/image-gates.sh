@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the gate suite (`pytest -m gate tests/gates`, full size) INSIDE built images.
 #
-# Usage: scripts/image-gates.sh [--expect-fail REGEX [--must-fail REGEX]] IMAGE...
-#        scripts/image-gates.sh --detect     print what the GPU detection below finds, run nothing
-#   For each IMAGE (e.g. specpair-target:cpu-0.1.0, scripts/image-tag.sh): `docker run --network
+# Usage: images/bin/image-gates.sh [--expect-fail REGEX [--must-fail REGEX]] IMAGE...
+#        images/bin/image-gates.sh --detect     print what the GPU detection below finds, run nothing
+#   For each IMAGE (e.g. specpair-target:cpu-0.1.0, images/bin/image-tag.sh): `docker run --network
 #   none` the image's own pytest over its own tests/gates, JUnit XML to build/gates/<name>.xml,
 #   then a summary (pass / fail / skip with reasons). Exit 1 if any gate failed or errored.
 #   --expect-fail REGEX  power check (an image built with a fix left out): exit 0 only if the suite
@@ -14,7 +14,7 @@
 #   container gets them (`docker run --gpus all`) and SPECPAIR_HOST_GPUS names what was found: an
 #   NVML gate that then finds no GPU FAILS (tests/gates/test_nvml_gate.py). Only a host with no
 #   NVIDIA device at all lets the NVML gates skip; the report says which case it was.
-# arm64 images on another architecture run under qemu (scripts/arm64-emulation.sh first).
+# arm64 images on another architecture run under qemu (images/bin/arm64-emulation.sh first).
 # Environment: GATES_OUT (default build/gates), SPECPAIR_GATE_SIZE (default full),
 #              GATES_NETWORK (none | host; default none), GATES_SELECT (a pytest -k expression
 #              narrowing the suite; default: every gate), GATES_TESTS (the test files or
@@ -25,7 +25,7 @@
 #   process dies. pytest imports every module it collects, before -k deselects, so there
 #   GATES_TESTS must name only torch-free gate files (tests/gates/test_attestation_gate.py).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 # This host's NVIDIA devices, space-separated ("" when none).
 host_gpus() {
@@ -48,7 +48,7 @@ expect=""
 must=""
 if [ "${1:-}" = --expect-fail ]; then expect=${2:?--expect-fail needs a REGEX}; shift 2; fi
 if [ "${1:-}" = --must-fail ]; then must=${2:?--must-fail needs a REGEX}; shift 2; fi
-[ $# -gt 0 ] || { echo "usage: scripts/image-gates.sh [--expect-fail REGEX] IMAGE..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: images/bin/image-gates.sh [--expect-fail REGEX] IMAGE..." >&2; exit 2; }
 out=${GATES_OUT:-build/gates}
 size=${SPECPAIR_GATE_SIZE:-full}
 network=${GATES_NETWORK:-none}
@@ -73,7 +73,7 @@ for image in "$@"; do
   xml=$out/$name.xml
   rm -f "$xml"
   arch=$(docker image inspect --format '{{.Architecture}}' "$image")
-  [ "$arch" != arm64 ] || scripts/arm64-emulation.sh >/dev/null
+  [ "$arch" != arm64 ] || images/bin/arm64-emulation.sh >/dev/null
   echo ">> gates in $image ($(docker image inspect --format '{{.Id}}' "$image" | cut -c1-19)," \
        "linux/$arch, network $network, size $size," \
        "GPUs: ${gpus:+host has $gpus: --gpus all}${gpus:-none on this host}) -> $xml"
@@ -93,6 +93,6 @@ for image in "$@"; do
   args=("$xml" --exit-code "$rc" --host-gpus "$gpus")
   [ -n "$expect" ] && args+=(--expect-fail "$expect")
   [ -n "$must" ] && args+=(--must-fail "$must")
-  python3 scripts/image_gates_report.py "${args[@]}" || status=1
+  python3 images/bin/image_gates_report.py "${args[@]}" || status=1
 done
 exit $status

@@ -5,11 +5,11 @@
 # the deploy tests and the Ansible images role (which tags a staged image by its own labels the
 # same way) all name images by it.
 #
-# Usage: scripts/image-tag.sh ROLE PROFILE [VARIANT]    e.g. drafter rtx3090 -> specpair-drafter:rtx3090-0.1.0
-#        scripts/image-tag.sh --version                 the VERSION alone (SPECPAIR_VERSION for compose)
+# Usage: images/bin/image-tag.sh ROLE PROFILE [VARIANT]    e.g. drafter rtx3090 -> specpair-drafter:rtx3090-0.1.0
+#        images/bin/image-tag.sh --version                 the VERSION alone (SPECPAIR_VERSION for compose)
 #   ROLE/PROFILE pairs: drafter cpu|rtx3090, target cpu|gb10. VARIANT: [a-z0-9]+ (e.g. nofix).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' pyproject.toml | head -n1)
 [[ "$version" =~ ^[0-9A-Za-z][0-9A-Za-z.+_-]*$ ]] \
@@ -17,7 +17,7 @@ version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' pyproject.toml | head -n1)
 version=${version//+/_}  # a Docker tag has no '+'
 if [ "${1:-}" = --version ]; then echo "$version"; exit 0; fi
 
-usage="usage: scripts/image-tag.sh drafter|target cpu|rtx3090|gb10 [VARIANT] | --version"
+usage="usage: images/bin/image-tag.sh drafter|target cpu|rtx3090|gb10 [VARIANT] | --version"
 role=${1:?$usage}
 profile=${2:?$usage}
 variant=${3:-}

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Summarise one image's gate run (pytest JUnit XML) and decide pass/fail.
 
-Usage: scripts/image_gates_report.py XML --exit-code RC [--expect-fail REGEX [--must-fail REGEX]...]
+Usage: images/bin/image_gates_report.py XML --exit-code RC
+         [--expect-fail REGEX [--must-fail REGEX]...]
   Normal mode: exit 0 only if pytest exited 0, at least one gate ran, and none failed or errored.
   --expect-fail REGEX: the power check of a gate (an image built WITHOUT a fix): exit 0 only if
   at least one test failed and every failed/errored test id matches REGEX; each --must-fail
   REGEX must also match at least one failed test (the gate that has to catch the bug).
-  --host-gpus "DEVICES": the NVIDIA devices the runner found on the host (scripts/image-gates.sh);
-  the report names the case, and where there are any, a skipped NVML gate is a failure (a gate
-  that cannot see its hardware on the hardware must not pass).
+  --host-gpus "DEVICES": the NVIDIA devices the runner found on the host
+  (images/bin/image-gates.sh); the report names the case, and where there are any, a skipped
+  NVML gate is a failure (a gate that cannot see its hardware on the hardware must not pass).
 """
 
 from __future__ import annotations

@@ -11,15 +11,15 @@
 # build 1 goes to Docker under the tag TAG-unverified and its store is removed before build 2
 # starts; TAG moves to it only when every role's two builds match.
 #
-# Usage: scripts/image-verify.sh PROFILE ROLE...     e.g. scripts/image-verify.sh cpu drafter target
-# Environment: as scripts/image-build.sh (CA_BUNDLE, WHEELHOUSE, WHEEL_CACHE); VERIFY_DIR (default
+# Usage: images/bin/image-verify.sh PROFILE ROLE...     e.g. images/bin/image-verify.sh cpu drafter target
+# Environment: as images/bin/image-build.sh (CA_BUNDLE, WHEELHOUSE, WHEEL_CACHE); VERIFY_DIR (default
 # build/images/verify) holds the store while a build runs, and the IDs, digests and times after.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-profile=${1:?usage: scripts/image-verify.sh PROFILE ROLE...}
+profile=${1:?usage: images/bin/image-verify.sh PROFILE ROLE...}
 shift
-[ $# -gt 0 ] || { echo "usage: scripts/image-verify.sh PROFILE ROLE..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: images/bin/image-verify.sh PROFILE ROLE..." >&2; exit 2; }
 dir=${VERIFY_DIR:-build/images/verify}
 source images/versions.lock
 
@@ -28,15 +28,15 @@ for role in "$@"; do
   case "$role/$profile" in target/gb10) arch=arm64 ;; *) arch=amd64 ;; esac
 done
 rm -f "build/images/base-$arch.tar"
-scripts/image-base.sh "$arch" "build/images/base-$arch.tar"
+images/bin/image-base.sh "$arch" "build/images/base-$arch.tar"
 
 rm -rf "$dir"
 mkdir -p "$dir"
 scripts/docker-up.sh >/dev/null
 roles=("$@")
-# TAG: the one tag scheme (scripts/image-tag.sh), as `make image` gives it.
+# TAG: the one tag scheme (images/bin/image-tag.sh), as `make image` gives it.
 declare -A tags
-for role in "$@"; do tags[$role]=$(scripts/image-tag.sh "$role" "$profile"); done
+for role in "$@"; do tags[$role]=$(images/bin/image-tag.sh "$role" "$profile"); done
 vdir=$(realpath "$dir")
 # On every exit: the stores and the builds still running go, and so do the TAG-unverified
 # names (TAG itself, once moved, stays).
@@ -61,7 +61,7 @@ verify_role() {
     # The second build reuses the first one's context snapshot and revision: same inputs, even
     # when the working tree moves meanwhile (a shared checkout).
     BUILDAH_ROOT=$store PUSH=0 IID_FILE="$dir/$role-$n.iid" \
-      REUSE_CTX=$(( n - 1 )) scripts/image-build.sh "$role" "$profile" "${tags[$role]}"
+      REUSE_CTX=$(( n - 1 )) images/bin/image-build.sh "$role" "$profile" "${tags[$role]}"
     echo "$(( $(date +%s) - s ))" > "$dir/$role-$n.seconds"
     buildah --root "$store" --runroot "$store.run" --storage-driver vfs images --digests \
       --format '{{.Digest}}' "localhost/${tags[$role]}" > "$dir/$role-$n.digest"

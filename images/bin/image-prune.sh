@@ -2,14 +2,14 @@
 # Free the disk that earlier image builds left behind, and nothing else:
 #   - Docker: untagged images labelled io.specpair.role (a rebuilt tag leaves its previous image
 #     untagged) that no container, running or stopped, uses; and `-unverified` tags an interrupted
-#     scripts/image-verify.sh left;
+#     images/bin/image-verify.sh left;
 #   - the default buildah store: untagged images (a LAYERS=1 cache keeps its tagged ones).
 # A release record that names a pruned image by ID can no longer roll back to it on this engine
 # until the image is built or loaded again; run this on build hosts, not on a deploy host whose
 # rollback images are only held by ID.
-# Usage: scripts/image-prune.sh
+# Usage: images/bin/image-prune.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=${BUILDAH_ROOT:-/var/lib/specpair/buildah}
 
 scripts/docker-up.sh >/dev/null
