@@ -54,6 +54,9 @@ pytestmark = [pytest.mark.slow, NEEDS_VLLM]
 TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # one core a rank (two on this kind of box)
 TOL = 1e-3  # nats: an emitted token's logprob against the re-scoring (TP = 2 alone: ~1e-5)
 MIXED, MIXED_TOKENS = 24, 32  # unseeded requests of the mixed batch, tokens each
+# in spec2's mixed batch every other request drafts by this schedule, n-gram drafts (n) in two
+# rounds of four; one-token n-grams, so that the tiny pair's text finds matches
+MIXED_PIN, NGRAM = "schedule:3n,2,1n,3", "1:1"
 ALPHA = 1e-6
 INDICES = (1, 2, 3)
 SEEDS = 3_000_000  # this module's seeded samples: disjoint from the reference's
@@ -95,10 +98,11 @@ def spec2(tiny_setup):
     relay = LateProxy(drafter.port, every_s=3.0, delay_s=1.2)
     try:
         r = probe(s.full, s.pair.target, s.root / "spec2.log", tp=2, spec="remote",
-                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000"),
+                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000",
+                              SPECPAIR_NGRAM=NGRAM),
                   prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
                   sample_tokens=4, seed_base=SEEDS, mixed=MIXED, mixed_tokens=MIXED_TOKENS,
-                  repeat=4)
+                  mixed_pin=MIXED_PIN, repeat=4)
         r["drafter"] = _drafter_metrics(drafter.metrics())
         r["delayed"] = relay.delayed
     finally:
@@ -255,6 +259,10 @@ def test_one_connection_one_round_per_step_and_accepted_counted_once(spec2):
     by_mode = r0["counters"]["accepted_by"].values()
     accepted = [sum(c[k] for c in by_mode if k < len(c)) for k in range(3)]
     assert accepted == spec2["spec_metrics"]["vllm:spec_decode_num_accepted_tokens_per_pos"]
+    ngram = r0["counters"]["draft_tokens_by"].get("ngram", [])
+    print(f"n-gram drafts handed by position: {ngram}, accepted "
+          f"{r0['counters']['accepted_by'].get('ngram')}")
+    assert sum(ngram) > 0  # n-gram drafts were in the mix (MIXED_PIN), counted like the others
     assert r0["mismatches"] == 0 and r1["mismatches"] == 0
 
 

@@ -14,13 +14,14 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 
 SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
 control's power must not depend on the policy stopping drafts it sees fail). One more run,
-SCHED, pins it to the schedule k = 3, 0, 2, 1 by round of each request, the third round's
-drafts argmax ones (POINT_MASS q) from the sampled drafter
-(``SPECPAIR_DEPTH_POLICY=schedule:3,0,2g,1``), so every request's depth and drafting mode
-change mid-request, and compares generated-token indices 1..7 of SCHED_TOKENS-token samples
-with REF the same way (Bonferroni over 7): the verifier stays exact for any depth and mode
-chosen from earlier rounds only (docs/performance.md, "Adaptive policy"). ``-k
-depth_changing`` runs REF and SCHED alone (two engine starts).
+SCHED, pins it to the schedule k = 3, 0, 2, 1, 2 by round of each request, the third round's
+drafts argmax ones (POINT_MASS q) from the sampled drafter, the fifth's n-gram drafts looked
+up in the request's own history (POINT_MASS q too; none where nothing matches)
+(``SPECPAIR_DEPTH_POLICY=schedule:3,0,2g,1,2n``), so every request's depth, drafting mode
+and draft source change mid-request, and compares generated-token indices 1..7 of
+SCHED_TOKENS-token samples with REF the same way (Bonferroni over 7): the verifier stays
+exact for any depth, mode and source chosen from earlier rounds only (docs/performance.md,
+"Adaptive policy"). ``-k depth_changing`` runs REF and SCHED alone (two engine starts).
 
 Statistic (registered before the data): for the generated tokens at indices
 1, 2 and 3 of N_SPEC seeded requests on one prompt at temperature 1 — index 0
@@ -60,7 +61,9 @@ ALPHA = 1e-6  # family-wise false-failure rate of the sampling check
 INDICES = (1, 2, 3)  # generated-token indices decided by the first verification step
 N_NOFIX = 400
 ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow and shared
-SCHEDULE = "schedule:3,0,2g,1"  # SCHED's depth (and g: greedy drafts) by round of each request
+# SCHED's depth by round of each request (g: greedy drafts; n: n-gram drafts, looked up with
+# one-token n-grams so that the tiny pair's text finds matches)
+SCHEDULE, NGRAM = "schedule:3,0,2g,1,2n", "1:1"
 SCHED_INDICES = tuple(range(1, SCHED_TOKENS))
 SCHED_SEEDS = 2_000_000  # disjoint from REF's and SPEC's
 
@@ -91,7 +94,8 @@ def sched(setup):
     drafter = Drafter(setup.pair.draft, setup.key, setup.root / "drafter-sched.log")
     try:
         r = probe(setup.full, setup.pair.target, setup.root / "sched.log",
-                  env={**_remote_env(setup, drafter), "SPECPAIR_DEPTH_POLICY": SCHEDULE},
+                  env={**_remote_env(setup, drafter), "SPECPAIR_DEPTH_POLICY": SCHEDULE,
+                       "SPECPAIR_NGRAM": NGRAM},
                   spec="remote", prompts=PROMPTS, samples=N_SPEC, sample_tokens=SCHED_TOKENS,
                   seed_base=SCHED_SEEDS)
     finally:
@@ -165,7 +169,8 @@ def test_sampled_output_law_with_the_depth_changing_mid_request(ref, sched):
     assert sched["counters"]["drafted"] > 0
     by_mode = sched["counters"]["draft_tokens_by"]
     print(f"draft tokens by mode and position: {by_mode}")
-    assert sum(by_mode["greedy"]) > 0 and sum(by_mode["sampled"]) > 0  # both modes ran
+    assert sum(by_mode["greedy"]) > 0 and sum(by_mode["sampled"]) > 0  # both modes ran ...
+    assert sum(by_mode.get("ngram", [])) > 0  # ... and n-gram drafts
 
 
 def test_power_control_without_the_expand_fix_fails(runs):

@@ -29,8 +29,10 @@ def test_documented_values_are_accepted_and_parsed():
 
 
 @pytest.mark.parametrize(("key", "value", "what"), [
-    ("SPECPAIR_DEPTH_POLICY", "fastest", "expected adaptive, off, fixed, fixed:K[g] or schedule"),
+    ("SPECPAIR_DEPTH_POLICY", "fastest", "expected adaptive, off, fixed, fixed:K[g|n] or schedule"),
     ("SPECPAIR_DEPTH_POLICY", "fixed:4", "depths must be integers in 0..3"),
+    ("SPECPAIR_DEPTH_POLICY", "fixed:3x", "an optional g (greedy drafts) or n (n-gram drafts)"),
+    ("SPECPAIR_NGRAM", "4:2", "expected MIN:MAX n-gram lengths"),
     ("SPECPAIR_DRAFT_DEADLINE_MS", "0", "expected milliseconds in (0, 60000]"),
     ("SPECPAIR_DRAFT_DEADLINE_MS", "nan", "expected milliseconds"),
     ("SPECPAIR_DRAFT_DEADLINE_MS", "2e9", "expected milliseconds"),

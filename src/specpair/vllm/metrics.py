@@ -46,7 +46,9 @@ ITEM_LABELS: tuple[tuple[str, str], ...] = (
     ("resync", "none"),
     ("refused", "refused"),
 )
-MODES = ("greedy", "sampled")  # drafting modes (specpair.wire.session.draft_mode)
+# drafting modes: the drafter's (specpair.wire.session.draft_mode) and n-gram drafts
+# (specpair.vllm.drafting.NGRAM_MODE)
+MODES = ("greedy", "sampled", "ngram")
 PARTS = ("round", "rest")  # a step's time: its PROPOSE round, the rest (the verify, vLLM)
 # 0.5 ms .. 5 s: a loopback round takes milliseconds; the default deadline is 200 ms
 ROUND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

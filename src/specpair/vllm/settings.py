@@ -16,9 +16,11 @@ from typing import Any
 from specpair.errors import BadInput
 from specpair.vllm.depth_policy import ENV as DEPTH_POLICY
 from specpair.vllm.depth_policy import PolicySetting, parse_setting
+from specpair.vllm.ngram import ENV as NGRAM
+from specpair.vllm.ngram import parse as parse_ngram
 
 __all__ = ["BadTargetSetting", "DEADLINE", "DEPTH_POLICY", "DRAFTER", "FEATURES", "KEY_FILE",
-           "check", "deadline_s", "depth_policy", "drafter", "features"]
+           "NGRAM", "check", "deadline_s", "depth_policy", "drafter", "features", "ngram"]
 
 DRAFTER = "SPECPAIR_DRAFTER"  # HOST:PORT of the drafter, or inproc:MODEL_DIR
 KEY_FILE = "SPECPAIR_DRAFTER_KEY_FILE"  # the wire's shared key (HOST:PORT only)
@@ -91,6 +93,14 @@ def depth_policy(env: Mapping[str, str], k_max: int) -> PolicySetting:
         raise BadTargetSetting(str(e)) from None
 
 
+def ngram(env: Mapping[str, str]) -> tuple[int, int]:
+    """(MIN, MAX) n-gram lengths of the n-gram lookup (SPECPAIR_NGRAM)."""
+    try:
+        return parse_ngram(env)
+    except ValueError as e:
+        raise BadTargetSetting(str(e)) from None
+
+
 def check(env: Mapping[str, str], depth: int) -> None:
     """Raise BadTargetSetting naming the first bad specpair setting in ``env`` for a target
     whose speculative config drafts up to ``depth`` tokens."""
@@ -98,3 +108,4 @@ def check(env: Mapping[str, str], depth: int) -> None:
     deadline_s(env)
     features(env)
     depth_policy(env, depth)
+    ngram(env)

@@ -157,6 +157,7 @@ class _Req:
     sent: int = 0  # committed tokens the drafter holds (0: the whole history is due)
     drafted: int = 0  # drafts it proposed last step
     mode: str = "sampled"  # their drafting mode (draft_mode)
+    local: int = 0  # drafts made on the target last step instead (``hand_local``)
     refused: bool = False  # the drafter refused it: not asked again
     features: list[torch.Tensor] = field(default_factory=list)  # [n_i, width] chunks, in order
     feature_rows: int = 0  # committed positions the chunks cover
@@ -232,6 +233,7 @@ class DraftSession:
         for i, (sr, start) in enumerate(zip(reqs, starts, strict=True)):
             r = self._reqs.get(sr.req_id) or self._new(sr.req_id)
             self._count_accepted(r, sr)
+            r.local = 0
             if r.refused or sr.depth <= 0 or sr.length == 0:
                 r.drafted = 0
                 continue
@@ -284,6 +286,17 @@ class DraftSession:
             out[i] = ans
         return out
 
+    def hand_local(self, req_id: str, depth: int, mode: str) -> None:
+        """``depth`` drafts of ``req_id`` made on the target this step (n-gram drafts, label
+        ``mode``) go to the verifier: counted as handed, and their acceptance at the next
+        step, like the drafter's; the drafter itself is told nothing (its next round reports
+        0 of its own drafts accepted and sends the tokens committed meanwhile). Call after
+        ``step``, which asked the drafter nothing for the request."""
+        r = self._reqs[req_id]
+        r.local, r.mode = depth, mode
+        self.counters.draft_tokens += depth
+        _add_positions(self.counters.draft_tokens_by, mode, depth)
+
     def withdraw(self, req_ids: Collection[str]) -> None:
         """The drafts the last ``step`` gave ``req_ids`` never reached the verifier (the
         target's tensor-parallel guard dropped the step, ``specpair.vllm.drafting``): they
@@ -291,21 +304,23 @@ class DraftSession:
         next round reports 0 of them accepted."""
         for rid in req_ids:
             r = self._reqs.get(rid)
-            if r is None or not r.drafted:
+            if r is None or not (r.drafted or r.local):
                 continue
-            self.counters.drafted -= 1
-            self.counters.draft_tokens -= r.drafted
+            self.counters.drafted -= r.drafted > 0
+            self.counters.draft_tokens -= r.drafted + r.local
             handed = self.counters.draft_tokens_by[r.mode]
-            for k in range(r.drafted):
+            for k in range(r.drafted + r.local):
                 handed[k] -= 1
-            r.drafted = 0
+            r.drafted = r.local = 0
 
     def _count_accepted(self, r: _Req, sr: StepRequest) -> None:
-        """Count the drafts of ``r`` handed to vLLM last step that the verifier accepted:
-        ``num_sampled - 1`` of them (at most those handed), at positions 1, 2, ..."""
-        if not r.drafted or sr.num_sampled <= 0 or sr.length < r.sent:
+        """Count the drafts of ``r`` handed to vLLM last step (the drafter's or local ones)
+        that the verifier accepted: ``num_sampled - 1`` of them (at most those handed), at
+        positions 1, 2, ..."""
+        handed = r.drafted + r.local  # (one of the two is 0)
+        if not handed or sr.num_sampled <= 0 or sr.length < r.sent:
             return  # nothing drafted, nothing verified yet, or preempted (never verified)
-        _add_positions(self.counters.accepted_by, r.mode, min(r.drafted, sr.num_sampled - 1))
+        _add_positions(self.counters.accepted_by, r.mode, min(handed, sr.num_sampled - 1))
 
     # ---- internals ------------------------------------------------------------------------
 

