@@ -43,11 +43,11 @@ def _image(role: str) -> list[str]:
     return preamble + [ln for body in stages for ln in body]
 
 
-def test_one_base_and_one_venv_stage_serve_both_roles():
+def test_one_base_venv_and_app_stage_serve_both_roles():
     lines = _lines()
     froms = [ln for ln in lines if ln.startswith("FROM ")]
-    assert froms == ["FROM scratch AS base", "FROM base AS venv", "FROM venv AS target",
-                     "FROM venv AS drafter", "FROM drafter AS cuda"]
+    assert froms == ["FROM scratch AS base", "FROM base AS venv", "FROM venv AS app",
+                     "FROM app AS target", "FROM app AS drafter", "FROM drafter AS cuda"]
     assert "COPY images/lock/${PROFILE}-${ROLE}.txt /opt/specpair/lock.txt" in lines
     script = (ROOT / "images" / "bin" / "image-build.sh").read_text()
     assert '--build-arg ROLE="$role"' in script
