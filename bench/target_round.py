@@ -131,7 +131,7 @@ def _round_times(context: int) -> tuple[list[float], list[float], list[float]]:
             t = time.perf_counter()
             _former_q_build(former, drafts)
             old.append(time.perf_counter() - t)
-    assert proposer.session().counters.drafted == B * (ROUNDS + 3)
+    assert proposer.drafting.session().counters.drafted == B * (ROUNDS + 3)
     return new, cpu, old
 
 
