@@ -34,8 +34,9 @@ import torch
 from bench.wire import _hello, _items
 from specpair import qlaw
 from specpair.proposal import QKind
-from specpair.vllm.depth_policy import DepthPolicy, PolicySetting
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.ngram import NgramLookup
+from specpair.vllm.policy_setting import PolicySetting
 from specpair.vllm.v1 import RemoteProposer, propose_remote
 from specpair.wire.codec import decode, encode
 from specpair.wire.frames import DraftItem, ProposalFrame

@@ -24,8 +24,9 @@ import torch
 from bench.target_round import _PreparedWire
 from bench.tpgroup import run_ranks
 from bench.wire import _items
-from specpair.vllm.depth_policy import DepthPolicy, PolicySetting
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.drafting import Drafting, RequestStep, digest
+from specpair.vllm.policy_setting import PolicySetting
 from specpair.vllm.tp import SINGLE, TPGroup, tp_group
 
 V, K = 129_280, 5

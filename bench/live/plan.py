@@ -13,7 +13,7 @@ apart differed by tens of per cent on this box). ``draft_alone`` (the draft mode
 alone, target-only) is a calibration for the speed model, not a result row.
 
 The adaptive engine also runs a TWIN of every cell: the same streams with the request's own
-depth policy pinned to fixed:K (``vllm_xargs``, specpair.vllm.depth_policy.PIN_ARG), a turn
+depth policy pinned to fixed:K (``vllm_xargs``, specpair.vllm.policy_setting.PIN_ARG), a turn
 of its own beside the engines'. Pinned requests teach the adaptive estimates nothing, so the
 adaptive row stays the policy as shipped, and its ratio to the twin is paired within one
 engine and one repetition.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from specpair.vllm.depth_policy import PIN_ARG
+from specpair.vllm.policy_setting import PIN_ARG
 
 __all__ = ["ACCEPTANCE", "K", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS", "Config", "Plan",
            "Sampling", "configs", "full_plan", "paired_plan", "quick_plan", "versus_plan"]

@@ -35,8 +35,8 @@ from bench.live.plan import (
 from bench.live.report import document, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
-from specpair.vllm.depth_policy import PIN_ARG
 from specpair.vllm.metrics import ROUND_BUCKETS
+from specpair.vllm.policy_setting import PIN_ARG
 
 ROOT = Path(__file__).resolve().parents[2]
 

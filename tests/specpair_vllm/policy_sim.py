@@ -33,7 +33,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specpair.vllm.depth_policy import DepthPolicy, expected_tokens
+from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.policy_estimates import expected_tokens
 
 __all__ = ["CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
            "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate", "recovery",

@@ -9,14 +9,10 @@ import itertools
 import pytest
 from prometheus_client import CollectorRegistry
 
-from specpair.vllm.depth_policy import (
-    PROBE_LEN,
-    DepthPolicy,
-    PolicySetting,
-    expected_tokens,
-    parse_setting,
-)
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.metrics import TargetMetrics
+from specpair.vllm.policy_estimates import PROBE_LEN, expected_tokens
+from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 K = 4
 

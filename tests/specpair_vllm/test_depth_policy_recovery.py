@@ -31,7 +31,8 @@ from policy_sim import (
     unseen_run,
 )
 
-from specpair.vllm.depth_policy import PROBE_LEN, PROBE_MAX, DepthPolicy, _Fit, _Probes, probe
+from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.policy_estimates import PROBE_LEN, PROBE_MAX, Fit, Probes, probe
 
 K = 3
 SEEDS = range(6)
@@ -82,7 +83,7 @@ def test_the_probe_schedule_is_bounded_both_ways():
     at most one step in 16 drafts a depth the estimates do not favour, and while drafting is
     off never fewer than PROBE_LEN in PROBE_MAX."""
     for favoured in (0, K):
-        state = _Probes()
+        state = Probes()
         probes = [i for i in range(4096) if probe(state, favoured, K) != favoured]
         for n in range(16, 4096):  # every prefix of the run
             assert sum(1 for i in probes if i < n) <= n / 16 + PROBE_LEN, (favoured, n)
@@ -94,7 +95,7 @@ def test_the_probe_schedule_is_bounded_both_ways():
             assert len(probes) >= PROBE_LEN * 4096 // PROBE_MAX
             assert probes[:PROBE_LEN] == [15, 16, 17, 18]  # the first burst
     # a burst ends as soon as the estimates favour its depth: no longer a probe
-    state = _Probes()
+    state = Probes()
     chosen = [probe(state, f, K) for f in [0] * 15 + [0, K, K, K]]
     assert chosen[-4:] == [K, K, K, K] and state.left == 0
 
@@ -149,7 +150,7 @@ def test_a_round_that_carries_catch_up_is_not_timed():
 def test_stale_step_times_fade_by_steps_not_by_rounds_timed():
     """A round fit learned 300 adaptive steps ago (55 ms rounds) is overruled by the first
     rounds timed now (6 ms); counted per round timed, as before, they would hardly move it."""
-    by_step, by_round = _Fit(0.1, (0.0, 0.0)), _Fit(0.1, (0.0, 0.0))
+    by_step, by_round = Fit(0.1, (0.0, 0.0)), Fit(0.1, (0.0, 0.0))
     for i in range(100):
         by_step.add(3, 0.055, i)
         by_round.add(3, 0.055)

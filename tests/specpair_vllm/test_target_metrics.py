@@ -18,8 +18,8 @@ from fake_source import PARAMS, FakeSource, K, V
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from specpair.vllm.depth_policy import PolicySetting
 from specpair.vllm.metrics import ITEM_LABELS, TargetMetrics
+from specpair.vllm.policy_setting import PolicySetting
 from specpair.wire.session import DraftSession, StepRequest
 
 LIVE = {"a", "b"}

@@ -5,24 +5,18 @@ the drafting rank) tells it which requests run (``begin``) and what each committ
 (``observe``), asks for the step's depths (``depths``), and tells it what reached the
 verifier (``handed``) and how long the PROPOSE round took (``round_time``). Its reasoning,
 objective, estimates, probes and measurements are written once, in docs/performance.md,
-"Adaptive policy"; the constants below carry the names used there. Settings
-(``SPECPAIR_DEPTH_POLICY``, overlays/vllm/0.32.0/README.md):
-
-- ``adaptive`` (default): one depth d for the step's adaptive requests, the one maximizing
-  the step's expected tokens per second from earlier rounds' accepted counts and step times
-  (d = 0, target-only, when no d > 0 beats it), with probes (``probe``: one step one depth
-  off while drafting, bursts at K while not, so that what it turned off stays measured);
-  greedy or sampled drafts per sampling law where the drafter serves both; per request,
-  n-gram drafts (``specpair.vllm.ngram``: looked up in its own history, no drafter round)
-  instead of the drafter's when their expected tokens per second are higher. Their
-  acceptance is measured every round whatever was drafted (``ngram_seen``: the lookup's
-  drafts against the tokens the target committed), so that choice never goes unmeasured;
-- ``fixed`` / ``fixed:K``: always K (the speculative config's K when not given);
-- ``off``: never draft (every step target-only);
-- ``schedule:K1,K2,...``: round r of a request drafts K_{r mod n} (tests and diagnosis).
-A depth written with a ``g`` (``fixed:3g``, ``schedule:3,0,2g,1``) asks for argmax drafts in
-those rounds where the drafter serves them; with an ``n`` (``schedule:3,2n,0,1``), n-gram
-drafts (none in a round whose lookup finds no match); without either, the drafter's own mode.
+"Adaptive policy"; the constants below carry the names used there. Its settings
+(``SPECPAIR_DEPTH_POLICY``, a request's own ``PIN_ARG``) are
+``specpair.vllm.policy_setting``'s; under ``adaptive`` (the default) it chooses one depth d
+for the step's adaptive requests, the one maximizing the step's expected tokens per second
+from earlier rounds' accepted counts and step times (d = 0, target-only, when no d > 0 beats
+it), with probes (``probe``: one step one depth off while drafting, bursts at K while not, so
+that what it turned off stays measured); greedy or sampled drafts per sampling law where the
+drafter serves both; per request, n-gram drafts (``specpair.vllm.ngram``: looked up in its own
+history, no drafter round) instead of the drafter's when their expected tokens per second are
+higher. Their acceptance is measured every round whatever was drafted (``ngram_seen``: the
+lookup's drafts against the tokens the target committed), so that choice never goes
+unmeasured.
 
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
@@ -44,24 +38,33 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 
-__all__ = ["DepthPolicy", "Estimates", "PolicySetting", "expected_tokens", "parse_setting",
-           "probe", "sampling_law", "ENV", "PIN_ARG"]
+from specpair.vllm.policy_estimates import (
+    PRIOR_A,
+    PROBE_MAX,
+    Counts,
+    Estimates,
+    Fit,
+    Probes,
+    count,
+    expected_tokens,
+    first,
+    probe,
+)
+from specpair.vllm.policy_setting import (
+    ENV,
+    PIN_ARG,
+    PolicySetting,
+    parse_setting,
+)
+
+__all__ = ["DepthPolicy", "sampling_law"]
 
 log = logging.getLogger(__name__)
 
-ENV = "SPECPAIR_DEPTH_POLICY"
-PIN_ARG = "specpair_depth_policy"  # a request's own setting (its sampling params' extra_args)
-PROBE_EVERY = 16  # adaptive steps between one-step probes, while drafting
-PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
-PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
-_DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
 _PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many rounds of the prior
-_PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
-_POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
 # b / a before the data show a slope: the rest of the step (the target's verify of 1 + k
 # tokens a request) as flat in k; the round as growing a tenth per draft (a draft model step)
 _REST_SLOPE, _ROUND_SLOPE = 0.0, 0.1
-_SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
 _OUTLIER = 5.0  # a step gap above this many times the fitted t(k) is an idle gap, not timed
 _MIN_FIT = 5.0  # observations before outliers are judged
 _MODE_EVIDENCE = 4.0  # a law's greedy rounds before they can win its drafting mode
@@ -76,51 +79,8 @@ OWN_ROUND, OWN_DRAFT = 0.2, 0.03
 _PRIOR_NGRAM = 0.0
 # weight kept by a request's older n-gram observations per new one: they come every round, and
 # text repeats itself in stretches (a copied block, then new text), so a request's own n-gram
-# estimates follow its last few rounds; the engine-wide ones decay as the others (_DECAY)
+# estimates follow its last few rounds; the engine-wide ones decay as the others (DECAY)
 _NGRAM_DECAY = 0.8
-
-
-@dataclass(frozen=True)
-class PolicySetting:
-    mode: str  # "adaptive", "fixed", "off" or "schedule"
-    depth: int | None = None  # fixed: K (None: the configured K)
-    schedule: tuple[int, ...] = ()
-    probe_every: int = PROBE_EVERY
-    greedy: tuple[bool, ...] = (False,)  # fixed: (its mode,); schedule: one per entry
-    ngram: tuple[bool, ...] = (False,)  # n-gram drafts instead: as greedy, one per entry
-
-
-def parse_setting(text: str, k_max: int, name: str = ENV) -> PolicySetting:
-    """``SPECPAIR_DEPTH_POLICY``'s value (or ``name``'s); ValueError naming what is wrong."""
-    mode, _, arg = text.strip().partition(":")
-    mode = mode.lower() or "adaptive"
-
-    def depths(s: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[bool, ...]]:
-        words = [x.strip().lower() for x in s.split(",")]
-        greedy = tuple(w.endswith("g") for w in words)
-        ngram = tuple(w.endswith("n") for w in words)
-        try:
-            ks = tuple(int(w.removesuffix("g").removesuffix("n")) for w in words)
-        except ValueError:
-            ks = ()
-        if not ks or any(not 0 <= k <= k_max for k in ks):
-            raise ValueError(f"{name}={text!r}: depths must be integers in 0..{k_max} "
-                             "(the speculative config's num_speculative_tokens), each with "
-                             "an optional g (greedy drafts) or n (n-gram drafts)")
-        return ks, greedy, ngram
-
-    if mode in ("adaptive", "off") and not arg:
-        return PolicySetting(mode)
-    if mode == "fixed" and "," not in arg:
-        if not arg:
-            return PolicySetting(mode)
-        ks, greedy, ngram = depths(arg)
-        return PolicySetting(mode, ks[0], greedy=greedy, ngram=ngram)
-    if mode == "schedule" and arg:
-        ks, greedy, ngram = depths(arg)
-        return PolicySetting(mode, schedule=ks, greedy=greedy, ngram=ngram)
-    raise ValueError(f"{name}={text!r}: expected adaptive, off, fixed, fixed:K[g|n] or "
-                     "schedule:K1[g|n],K2[g|n],...")
 
 
 def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
@@ -130,145 +90,22 @@ def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tupl
     return temperature < 1e-5, top_k > 0 or top_p < 1.0
 
 
-def expected_tokens(accept: list[float], k: int) -> float:
-    """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j: tokens one round commits with k drafts."""
-    total, run = 1.0, 1.0
-    for a in accept[:k]:
-        run *= a
-        total += run
-    return total
-
-
-@dataclass
-class _Counts:
-    tested: list[float]  # per position j: rounds whose draft j was verified (1..j-1 accepted)
-    accepted: list[float]  # of those, rounds whose draft j was accepted
-
-    @classmethod
-    def empty(cls, k_max: int) -> _Counts:
-        return cls([0.0] * k_max, [0.0] * k_max)
-
-
-def _first(pool: _Counts, prior: float = _PRIOR_A) -> float:
-    """a_1 of a law's engine-wide counts, shrunk towards ``prior``."""
-    return (pool.accepted[0] + _POOL_PRIOR * prior) / (pool.tested[0] + _POOL_PRIOR)
-
-
-@dataclass
-class _Probes:
-    """A probe schedule's state: the engine's (its adaptive steps), or a reproducible
-    request's own (its rounds)."""
-
-    steps: int = 0  # steps decided
-    gap: int = PROBE_EVERY  # steps from the start of one probe to the next
-    due: int = PROBE_EVERY  # the step at which the next probe starts
-    left: int = 0  # steps left in the current burst
-    depth: int = 0  # the burst's depth
-
-
-def probe(state: _Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) -> int:
-    """The depth to draft at this step, given the depth the estimates favour: that one, or a
-    probe's. A deterministic function of the schedule's own past (its step count and the
-    favoured depths it was given), nothing else.
-
-    While drafting (favoured > 0): one step every ``every`` drafts one depth off (one more,
-    or K - 1 from K). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the
-    bursts PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds
-    drafting still does not pay; a burst ends early once the estimates favour its depth.
-    A burst, not a single step: a request's first round after steps without drafts carries
-    the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
-    so only the burst's later rounds time the round and the deeper positions. So at most
-    one adaptive step in ``every`` drafts a depth the estimates do not favour (1 in 16),
-    and while drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
-    state.steps += 1
-    if state.left:
-        state.left -= 1
-        if favoured != state.depth:
-            return state.depth
-        state.left = 0  # the estimates favour it now: not a probe any more
-        return favoured
-    if state.steps < state.due or k_max == 0:
-        return favoured
-    if favoured == 0:
-        state.gap = max(PROBE_LEN * every, min(2 * state.gap, PROBE_MAX))
-        state.depth, state.left = k_max, PROBE_LEN - 1
-        state.due = state.steps + state.gap
-        return k_max
-    state.gap = every
-    state.due = state.steps + every
-    return favoured + 1 if favoured < k_max else favoured - 1
-
-
-@dataclass(frozen=True)
-class Estimates:
-    """What the last adaptive step's depth was chosen from (the /metrics gauges): per depth
-    d = 0..K the fitted step time, split into the PROPOSE round and the rest (seconds; 0
-    until a step was timed), and the expected tokens per second; a_1..a_K, the mean of the
-    step's adaptive requests' estimates; the depth they favoured and the one drafted (a
-    probe's, when one ran)."""
-
-    requests: int
-    favoured: int
-    chosen: int
-    rest_seconds: tuple[float, ...]
-    round_seconds: tuple[float, ...]
-    rates: tuple[float, ...]
-    accept: tuple[float, ...]
-
-
 NGRAM = "ngram"  # the n-gram drafts' key beside the drafter's modes (False: sampled, True: greedy)
 
 
 @dataclass
 class _Req:
-    counts: dict[Hashable, _Counts]  # by drafting mode (greedy: True; n-gram drafts: NGRAM)
+    counts: dict[Hashable, Counts]  # by drafting mode (greedy: True; n-gram drafts: NGRAM)
     rounds: int = 0  # depths chosen for this request
     handed: int = 0  # drafts handed to the verifier at the last step
     warm: bool = False  # drafts were handed at the step before this one: the drafter holds
     # its tokens up to this step's, so a round now carries no catch-up
-    probes: _Probes = field(default_factory=_Probes)  # a reproducible request's own schedule
+    probes: Probes = field(default_factory=Probes)  # a reproducible request's own schedule
     greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
     ngram: bool = False  # n-gram drafts chosen at the last step instead of the drafter's
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
     reproducible: bool = False  # its user set its seed: depths from its own history only
-
-
-@dataclass
-class _Fit:
-    """Decayed sums of (x = depth, y = seconds) for t(k) = a + b*k, the slope b ridged
-    towards ``prior`` * a."""
-
-    prior: float  # b / a before the data show a slope
-    coef: tuple[float, float]  # (a, b); until timed, in relative units
-    w: float = 0.0
-    x: float = 0.0
-    y: float = 0.0
-    xx: float = 0.0
-    xy: float = 0.0
-    step: int | None = None  # the policy's adaptive step of the last observation
-
-    def add(self, x: float, y: float, step: int | None = None) -> None:
-        """One observation; ``step``: the policy's adaptive steps so far, so that older
-        observations fade by _DECAY per adaptive step gone by, timed or not (without it: per
-        observation)."""
-        age = 1 if step is None or self.step is None else max(1, step - self.step)
-        self.step = step
-        d = _DECAY ** age
-        self.w, self.x, self.y = d * self.w + 1, d * self.x + x, d * self.y + y
-        self.xx, self.xy = d * self.xx + x * x, d * self.xy + x * y
-        mean_x, mean_y = self.x / self.w, self.y / self.w
-        var = self.xx - self.w * mean_x * mean_x
-        cov = self.xy - self.w * mean_x * mean_y
-        # ridge towards the prior slope, so one timed depth still gives a slope; measured
-        # variation takes over as it accumulates
-        a0 = mean_y / (1 + self.prior * mean_x)
-        b = max(0.0, (cov + _SLOPE_WEIGHT * self.prior * a0) / (var + _SLOPE_WEIGHT))
-        self.coef = (max(mean_y - b * mean_x, 1e-9), b)
-
-    def time(self, k: int) -> float:
-        a, b = self.coef
-        return a + b * k
 
 
 @dataclass
@@ -284,16 +121,16 @@ class DepthPolicy:
         self.chosen = [0] * (self.k_max + 1)
         self._reqs: dict[str, _Req] = {}
         # a_1's engine-wide counts by (law, greedy drafting mode), decayed
-        self._pools: dict[tuple[Hashable, bool], _Counts] = {}
+        self._pools: dict[tuple[Hashable, bool], Counts] = {}
         # per law: (its last drafting-mode choice, the gap to its next mode probe and the
         # adaptive step of that probe)
         self._mode_probes: dict[Hashable, tuple[bool, int, int]] = {}
         self.fit, self.round_fit = self._new_fits()
         # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
         # current bucket's
-        self._fits: dict[int, tuple[_Fit, _Fit]] = {1: (self.fit, self.round_fit)}
+        self._fits: dict[int, tuple[Fit, Fit]] = {1: (self.fit, self.round_fit)}
         self._step: list[str] = []  # the requests observed at this step, in order
-        self._probes = _Probes()  # the engine's probe schedule, over its adaptive steps
+        self._probes = Probes()  # the engine's probe schedule, over its adaptive steps
         # request-rounds drafted at a depth their estimates did not favour (cumulative; the
         # engine's adaptive requests and reproducible ones)
         self.probe_rounds = 0
@@ -306,7 +143,7 @@ class DepthPolicy:
         self._catch_up = False  # a request drafted at the last step but not at the one before
         # the last step's observation of the rest (fit, depth, seconds, step), added at the
         # next begin unless a request joined in between
-        self._pending: tuple[_Fit, int, float, int] | None = None
+        self._pending: tuple[Fit, int, float, int] | None = None
 
     @property
     def _steps(self) -> int:
@@ -350,10 +187,10 @@ class DepthPolicy:
         self.fit, self.round_fit = self._fits[bucket]
 
     @staticmethod
-    def _new_fits() -> tuple[_Fit, _Fit]:
+    def _new_fits() -> tuple[Fit, Fit]:
         """The step without its PROPOSE round (the verify of 1 + k tokens a request; 1 until
         timed) and the round (k > 0; 0 until timed)."""
-        return _Fit(_REST_SLOPE, (1.0, _REST_SLOPE)), _Fit(_ROUND_SLOPE, (0.0, 0.0))
+        return Fit(_REST_SLOPE, (1.0, _REST_SLOPE)), Fit(_ROUND_SLOPE, (0.0, 0.0))
 
     def observe(self, req_id: str, num_sampled: int, pin: str | None = None,
                 law: Hashable = (), reproducible: bool = False) -> None:
@@ -364,7 +201,7 @@ class DepthPolicy:
         ``reproducible``: its user set its seed; all three read at its first step."""
         r = self._reqs.get(req_id)
         if r is None:
-            r = self._reqs[req_id] = _Req({m: _Counts.empty(self.k_max)
+            r = self._reqs[req_id] = _Req({m: Counts.empty(self.k_max)
                                            for m in (False, True, NGRAM)},
                                           setting=self._pin(req_id, pin), law=law,
                                           reproducible=reproducible)
@@ -437,8 +274,8 @@ class DepthPolicy:
         r = self._reqs.get(req_id)
         if r is None or (r.setting or self.setting).mode != "adaptive":
             return
-        self._count((r.counts[NGRAM],), max(1, compared), matched, _NGRAM_DECAY)
-        self._count((self._pool(r.law, NGRAM),), max(1, compared), matched)
+        count((r.counts[NGRAM],), max(1, compared), matched, _NGRAM_DECAY)
+        count((self._pool(r.law, NGRAM),), max(1, compared), matched)
 
     def handed(self, req_id: str, depth: int) -> None:
         """``depth`` drafts of ``req_id`` go to the verifier this step (0: none); a request
@@ -464,7 +301,7 @@ class DepthPolicy:
         ``law``."""
         r = self._reqs.get(req_id)
         mode = (r.greedy if r else False) if greedy is None else greedy
-        return self._acceptance(r, mode, _first(self._pool(r.law if r else law, mode)))
+        return self._acceptance(r, mode, first(self._pool(r.law if r else law, mode)))
 
     def best(self, req_ids: Collection[str], floor: int = 0) -> int:
         """The d in 0..K maximizing the expected tokens per second of a step in which the
@@ -504,7 +341,7 @@ class DepthPolicy:
         model only (module docstring), probed on its own schedule (``probe`` over its own
         rounds); the drafter's own mode."""
         r.greedy = r.ngram = False
-        accept = self._acceptance(r, False, _PRIOR_A)
+        accept = self._acceptance(r, False, PRIOR_A)
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
         favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
@@ -556,8 +393,8 @@ class DepthPolicy:
 
     def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
         """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's."""
-        prior = _PRIOR_NGRAM if mode == NGRAM else _PRIOR_A
-        return self._acceptance(r, mode, _first(self._pool(r.law, mode), prior))
+        prior = _PRIOR_NGRAM if mode == NGRAM else PRIOR_A
+        return self._acceptance(r, mode, first(self._pool(r.law, mode), prior))
 
     def _law_mode(self, law: Hashable) -> bool:
         """Greedy drafts for the law's requests once its greedy rounds (at least
@@ -565,7 +402,7 @@ class DepthPolicy:
         rounds' estimated a_1; sampled drafts (the drafter's own mode) until then."""
         g = self._pool(law, True)
         return (g.tested[0] >= _MODE_EVIDENCE
-                and g.accepted[0] / g.tested[0] > _first(self._pool(law, False)))
+                and g.accepted[0] / g.tested[0] > first(self._pool(law, False)))
 
     def _mode_probe_due(self, law: Hashable, choice: bool) -> bool:
         """Whether the law's mode probe is due at this step (its gap doubles per probe while
@@ -583,8 +420,8 @@ class DepthPolicy:
 
     def _acceptance(self, r: _Req | None, greedy: Hashable, first: float) -> list[float]:
         """Each position's own counts shrunk towards its prior: a_1's, ``first`` (the law's
-        engine-wide estimate; _PRIOR_A for a reproducible request); a deeper one's,
-        _PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
+        engine-wide estimate; PRIOR_A for a reproducible request); a deeper one's,
+        PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
         position j is tested only where drafts 1..j-1 were accepted, so those counts come
         from the requests that reach it most (greedy prose: a_1 ~ 1, a_2 ~ 0.05), not from
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
@@ -592,7 +429,7 @@ class DepthPolicy:
         own = r.counts[greedy] if r else None
         for j in range(self.k_max):
             t, a = (own.tested[j], own.accepted[j]) if own else (0.0, 0.0)
-            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else _PRIOR_A))
+            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else PRIOR_A))
                        / (t + _PRIOR_ROUNDS))
         return out
 
@@ -605,23 +442,11 @@ class DepthPolicy:
             log.warning("request %s: %s; ignored, the engine's %s applies", req_id, exc, ENV)
             return None
 
-    def _pool(self, law: Hashable, greedy: Hashable = False) -> _Counts:
+    def _pool(self, law: Hashable, greedy: Hashable = False) -> Counts:
         key = (law, greedy)
         if key not in self._pools:
-            self._pools[key] = _Counts.empty(1)
+            self._pools[key] = Counts.empty(1)
         return self._pools[key]
 
     def _learn(self, r: _Req, handed: int, accepted: int) -> None:
-        self._count((r.counts[r.greedy], self._pool(r.law, r.greedy)), handed, accepted)
-
-    @staticmethod
-    def _count(counts: tuple[_Counts, ...], handed: int, accepted: int,
-               decay: float = _DECAY) -> None:
-        """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
-        j <= accepted."""
-        for c in counts:  # older rounds fade
-            c.tested[:] = [decay * t for t in c.tested]
-            c.accepted[:] = [decay * a for a in c.accepted]
-            for j in range(min(accepted + 1, handed, len(c.tested))):
-                c.tested[j] += 1.0
-                c.accepted[j] += 1.0 if j < accepted else 0.0
+        count((r.counts[r.greedy], self._pool(r.law, r.greedy)), handed, accepted)

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from specpair.errors import BadInput
-from specpair.vllm.depth_policy import ENV as DEPTH_POLICY
-from specpair.vllm.depth_policy import PolicySetting, parse_setting
 from specpair.vllm.ngram import ENV as NGRAM
 from specpair.vllm.ngram import parse as parse_ngram
+from specpair.vllm.policy_setting import ENV as DEPTH_POLICY
+from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 __all__ = ["BadTargetSetting", "DEADLINE", "DEPTH_POLICY", "DRAFTER", "FEATURES", "KEY_FILE",
            "NGRAM", "check", "deadline_s", "depth_policy", "drafter", "features", "ngram"]

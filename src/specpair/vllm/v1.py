@@ -33,10 +33,10 @@ import torch
 
 from specpair import qlaw
 from specpair.proposal import QKind
-from specpair.vllm.depth_policy import PIN_ARG
 from specpair.vllm.drafting import Drafting, RequestStep, digest
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
+from specpair.vllm.policy_setting import PIN_ARG
 from specpair.vllm.tp import tp_group
 
 __all__ = ["RemoteProposer", "QRows", "propose_remote", "drop_drafts", "drop_all_drafts",

@@ -1,0 +1,158 @@
+"""What the depth policy (``specpair.vllm.depth_policy``) estimates from and how it keeps
+measuring: a round's expected tokens, acceptance counts that fade, the step-time fits, the
+probe schedule, and the estimates a step's choice was made from (the /metrics gauges). Their
+reasoning is docs/performance.md's, "Adaptive policy"; the constants carry the names used
+there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specpair.vllm.policy_setting import PROBE_EVERY
+
+__all__ = ["DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT", "Counts",
+           "Estimates", "Fit", "Probes", "count", "expected_tokens", "first", "probe"]
+
+PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
+PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
+DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
+PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
+POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
+SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
+
+
+def expected_tokens(accept: list[float], k: int) -> float:
+    """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j: tokens one round commits with k drafts."""
+    total, run = 1.0, 1.0
+    for a in accept[:k]:
+        run *= a
+        total += run
+    return total
+
+
+@dataclass
+class Counts:
+    tested: list[float]  # per position j: rounds whose draft j was verified (1..j-1 accepted)
+    accepted: list[float]  # of those, rounds whose draft j was accepted
+
+    @classmethod
+    def empty(cls, k_max: int) -> Counts:
+        return cls([0.0] * k_max, [0.0] * k_max)
+
+
+def first(pool: Counts, prior: float = PRIOR_A) -> float:
+    """a_1 of a law's engine-wide counts, shrunk towards ``prior``."""
+    return (pool.accepted[0] + POOL_PRIOR * prior) / (pool.tested[0] + POOL_PRIOR)
+
+
+@dataclass
+class Probes:
+    """A probe schedule's state: the engine's (its adaptive steps), or a reproducible
+    request's own (its rounds)."""
+
+    steps: int = 0  # steps decided
+    gap: int = PROBE_EVERY  # steps from the start of one probe to the next
+    due: int = PROBE_EVERY  # the step at which the next probe starts
+    left: int = 0  # steps left in the current burst
+    depth: int = 0  # the burst's depth
+
+
+def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) -> int:
+    """The depth to draft at this step, given the depth the estimates favour: that one, or a
+    probe's. A deterministic function of the schedule's own past (its step count and the
+    favoured depths it was given), nothing else.
+
+    While drafting (favoured > 0): one step every ``every`` drafts one depth off (one more,
+    or K - 1 from K). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the
+    bursts PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds
+    drafting still does not pay; a burst ends early once the estimates favour its depth.
+    A burst, not a single step: a request's first round after steps without drafts carries
+    the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
+    so only the burst's later rounds time the round and the deeper positions. So at most
+    one adaptive step in ``every`` drafts a depth the estimates do not favour (1 in 16),
+    and while drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
+    state.steps += 1
+    if state.left:
+        state.left -= 1
+        if favoured != state.depth:
+            return state.depth
+        state.left = 0  # the estimates favour it now: not a probe any more
+        return favoured
+    if state.steps < state.due or k_max == 0:
+        return favoured
+    if favoured == 0:
+        state.gap = max(PROBE_LEN * every, min(2 * state.gap, PROBE_MAX))
+        state.depth, state.left = k_max, PROBE_LEN - 1
+        state.due = state.steps + state.gap
+        return k_max
+    state.gap = every
+    state.due = state.steps + every
+    return favoured + 1 if favoured < k_max else favoured - 1
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What the last adaptive step's depth was chosen from (the /metrics gauges): per depth
+    d = 0..K the fitted step time, split into the PROPOSE round and the rest (seconds; 0
+    until a step was timed), and the expected tokens per second; a_1..a_K, the mean of the
+    step's adaptive requests' estimates; the depth they favoured and the one drafted (a
+    probe's, when one ran)."""
+
+    requests: int
+    favoured: int
+    chosen: int
+    rest_seconds: tuple[float, ...]
+    round_seconds: tuple[float, ...]
+    rates: tuple[float, ...]
+    accept: tuple[float, ...]
+
+
+@dataclass
+class Fit:
+    """Decayed sums of (x = depth, y = seconds) for t(k) = a + b*k, the slope b ridged
+    towards ``prior`` * a."""
+
+    prior: float  # b / a before the data show a slope
+    coef: tuple[float, float]  # (a, b); until timed, in relative units
+    w: float = 0.0
+    x: float = 0.0
+    y: float = 0.0
+    xx: float = 0.0
+    xy: float = 0.0
+    step: int | None = None  # the policy's adaptive step of the last observation
+
+    def add(self, x: float, y: float, step: int | None = None) -> None:
+        """One observation; ``step``: the policy's adaptive steps so far, so that older
+        observations fade by DECAY per adaptive step gone by, timed or not (without it: per
+        observation)."""
+        age = 1 if step is None or self.step is None else max(1, step - self.step)
+        self.step = step
+        d = DECAY ** age
+        self.w, self.x, self.y = d * self.w + 1, d * self.x + x, d * self.y + y
+        self.xx, self.xy = d * self.xx + x * x, d * self.xy + x * y
+        mean_x, mean_y = self.x / self.w, self.y / self.w
+        var = self.xx - self.w * mean_x * mean_x
+        cov = self.xy - self.w * mean_x * mean_y
+        # ridge towards the prior slope, so one timed depth still gives a slope; measured
+        # variation takes over as it accumulates
+        a0 = mean_y / (1 + self.prior * mean_x)
+        b = max(0.0, (cov + SLOPE_WEIGHT * self.prior * a0) / (var + SLOPE_WEIGHT))
+        self.coef = (max(mean_y - b * mean_x, 1e-9), b)
+
+    def time(self, k: int) -> float:
+        a, b = self.coef
+        return a + b * k
+
+
+
+def count(counts: tuple[Counts, ...], handed: int, accepted: int,
+           decay: float = DECAY) -> None:
+    """Draft j was verified for j <= accepted + 1 (and <= handed), accepted for
+    j <= accepted."""
+    for c in counts:  # older rounds fade
+        c.tested[:] = [decay * t for t in c.tested]
+        c.accepted[:] = [decay * a for a in c.accepted]
+        for j in range(min(accepted + 1, handed, len(c.tested))):
+            c.tested[j] += 1.0
+            c.accepted[j] += 1.0 if j < accepted else 0.0
