@@ -3,13 +3,16 @@
 What a pair compares is decode tokens/s, or accepted drafts per drafting round (specpair's
 sampled drafts over its greedy ones, at T > 0: bench.live.plan.ACCEPTANCE).
 
-Two kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine every
-cell runs twice per repetition, adaptive and twin: bench.live.plan), and a row against another
-engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on the same
-prompts). Either way the ratio of one repetition shares the cell, the prompts and the box's
-moment. Those per-repetition ratios still spread 10-50 % (at T = 1 the two runs draw different
-tokens, and a step's time swings with the box), so a question of a few per cent needs many
-repetitions and an interval, not a median of five:
+Three kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine
+every cell runs twice per repetition, adaptive and twin: bench.live.plan), a row against
+another engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on
+the same prompts), and a row against the BEST other row of its cell (per repetition the
+fastest of every other result row: what a user would pick instead, had they known; a cell
+whose median ratio is below LOSES_BELOW is marked as lost). Either way the ratio of one
+repetition shares the cell, the prompts and the box's moment. Those per-repetition ratios
+still spread 10-50 % (at T = 1 the two runs draw different tokens, and a step's time swings
+with the box), so a question of a few per cent needs many repetitions and an interval, not
+a median of five:
 
 - per cell: the geometric mean of its repetitions' ratios and a 95 % percentile bootstrap
   interval of it (repetitions resampled with replacement);
@@ -26,11 +29,13 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["MEASURES", "RESAMPLES", "paired_cells", "paired_summary", "paired_summaries",
-           "paired_table", "twin_pairs"]
+__all__ = ["BEST", "LOSES_BELOW", "MEASURES", "RESAMPLES", "paired_cells", "paired_summary",
+           "paired_summaries", "paired_table", "twin_pairs"]
 
 RESAMPLES = 10_000
 LEVEL = 0.95
+BEST = "best_other"  # a pair's baseline: per repetition, the fastest other row of the cell
+LOSES_BELOW = 0.95  # a row over the best other whose median ratio is below this loses the cell
 
 
 CELL = ("workload", "temperature", "top_p", "concurrency")
@@ -58,13 +63,16 @@ def _value(m: dict, measure: str) -> float | None:
 
 
 def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
-                 measure: str = "tokens_per_s") -> list[dict]:
+                 measure: str = "tokens_per_s", exclude: frozenset[str] = frozenset()
+                 ) -> list[dict]:
     """One entry per pair (row, baseline) and cell both ran, pair by pair, cells in first-seen
     order: ``workload``, ``temperature``, ``top_p``, ``concurrency``, ``config`` (the row),
-    ``baseline``, ``twin`` (whether the baseline is the row's twin in its own engine),
+    ``baseline`` (a row, or BEST: per repetition the best other row but ``exclude``'s, the
+    calibrations), ``twin`` (whether the baseline is the row's twin in its own engine),
     ``measure`` ("tokens_per_s", or "accepted_per_round": accepted drafts per drafting
-    round), ``ratios`` (row over baseline, one per repetition that has both) and ``chosen``
-    (the row's depth choices summed over its turns, by depth)."""
+    round), ``ratios`` (row over baseline, one per repetition that has both), ``best`` (with
+    BEST: which row it was, per repetition) and ``chosen`` (the row's depth choices summed
+    over its turns, by depth)."""
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {sorted(MEASURES)}, got {measure!r}")
     twins = set(twin_pairs(measurements))
@@ -83,12 +91,21 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     out: list[dict] = []
     for row, base in pairs:
         for cell, reps in by.items():
-            ratios = [v[row] / v[base] for _, v in sorted(reps.items())
-                      if row in v and base in v and v[base] > 0]
+            ratios, best = [], []
+            for _, v in sorted(reps.items()):
+                others = ({n: x for n, x in v.items() if n != row and n not in exclude}
+                          if base == BEST else {base: v[base]} if base in v else {})
+                if row not in v or not others:
+                    continue
+                name = max(others, key=others.__getitem__)
+                if others[name] > 0:
+                    ratios.append(v[row] / others[name])
+                    best.append(name)
             if ratios:
                 out.append({**dict(zip(CELL, cell, strict=True)), "config": row,
                             "baseline": base, "twin": (row, base) in twins,
                             "measure": measure, "ratios": ratios,
+                            "best": best if base == BEST else [],
                             "chosen": chosen.get((row, cell), [])})
     return out
 
@@ -146,15 +163,23 @@ def paired_table(summary: dict) -> str:
     row, base = cells[0]["config"], cells[0]["baseline"]
     where = ("(its requests pinned to fixed:K) in the same engine" if cells[0]["twin"] else
              "(another engine, the same cell and repetition, seconds apart)")
+    if base == BEST:
+        base, where = "the best other row", (f"of the cell, per repetition (best: the row most "
+                                             f"often fastest; LOSES: median below "
+                                             f"{LOSES_BELOW:g})")
     lines = [f"{row} over {base} {where}, {MEASURES[cells[0]['measure']]} per repetition: "
              f"geometric mean [{LEVEL:.0%} bootstrap], median [min-max], n, the depths {row} "
              "chose"]
     for c in cells:
         sampling = f"T={c['temperature']:g}" + (f" p={c['top_p']:g}" if c["top_p"] < 1 else "")
+        best = ""
+        if c.get("best"):
+            best = f"  best {max(set(c['best']), key=c['best'].count)}"
+            best += "  LOSES" if c["median"] < LOSES_BELOW else ""
         lines.append(f"  {c['workload']:<8} {sampling:<10} c={c['concurrency']}: "
                      f"{c['geomean']:.3f} [{c['low']:.3f}-{c['high']:.3f}]  {c['median']:.3f} "
                      f"[{min(c['ratios']):.3f}-{max(c['ratios']):.3f}]  n={c['reps']}  "
-                     f"k {_depths(c['chosen'])}")
+                     f"k {_depths(c['chosen'])}{best}")
     a = summary["all"]
     lines.append(f"  all {a['cells']} cells: {a['geomean']:.3f} [{a['low']:.3f}-{a['high']:.3f}]"
                  f" ({a['geomean'] - 1:+.1%})")

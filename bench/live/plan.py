@@ -147,17 +147,24 @@ class Plan:
 
     def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at
-        a conservative rate, SETTLE_S between two engines' turns); a loaded box takes
-        longer."""
-        per = 0.3 + (SETTLE_S if len(self.run) > 1 else 0.0) + self.max_tokens / tokens_per_s
+        a conservative rate, SETTLE_S between two engines' turns; up to 4 streams share the
+        two cores at about one stream's rate, more take proportionally longer); a loaded box
+        takes longer."""
+        streams = sum(max(1.0, c / 4) for c in self.concurrencies) / len(self.concurrencies)
+        per = (0.3 + (SETTLE_S if len(self.run) > 1 else 0.0)
+               + streams * self.max_tokens / tokens_per_s)
         return len(self.run) * start_s + self.measurements() * per
 
 
 SAMPLINGS = (Sampling(0.0, 1.0), Sampling(1.0, 1.0), Sampling(1.0, 0.9))
+# the full plan's: one stream, a few, and a batch where speculation pays less (the engines
+# run --max-num-seqs 16: bench.live.run)
+CONCURRENCIES = (1, 4, 16)
 
 
 def full_plan(workloads: tuple[str, ...]) -> Plan:
-    return Plan("full", 5, 128, SAMPLINGS, (1, 4), workloads, True, configs(True), VERSUS)
+    return Plan("full", 5, 128, SAMPLINGS, CONCURRENCIES, workloads, True, configs(True),
+                VERSUS)
 
 
 def quick_plan(workloads: tuple[str, ...]) -> Plan:
@@ -169,7 +176,7 @@ def quick_plan(workloads: tuple[str, ...]) -> Plan:
 def paired_plan(workloads: tuple[str, ...]) -> Plan:
     """The adaptive engine alone, its twin beside it, many repetitions of the full plan's
     cells: the adaptive-vs-fixed question with intervals (bench.live.paired)."""
-    return Plan("paired", PAIRED_REPS, 128, SAMPLINGS, (1, 4), workloads, False,
+    return Plan("paired", PAIRED_REPS, 128, SAMPLINGS, CONCURRENCIES, workloads, False,
                 [c for c in configs(False) if c.twin is not None])
 
 

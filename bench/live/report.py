@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from bench.live.model import FLAG, predict
-from bench.live.paired import paired_cells, paired_summaries, paired_table, twin_pairs
+from bench.live.paired import BEST, paired_cells, paired_summaries, paired_table, twin_pairs
 from bench.live.plan import ACCEPTANCE, TWIN, configs
 from bench.live.rows import assemble, check_rows
 
@@ -44,7 +44,8 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     """live.json: ``rows`` (one per config x workload x temperature x top_p x concurrency,
     each with ``model``: the speed model's prediction, or None where a part is missing),
     ``calibration`` (the draft-alone rows), ``paired`` (a list: the adaptive row over its
-    twin, then each (row, baseline) of ``versus``, per repetition with bootstrap intervals,
+    twin, then over the best other row of each cell (BEST) where others ran beside it, then
+    each (row, baseline) of ``versus``, per repetition with bootstrap intervals,
     bench.live.paired; then, at T > 0, specpair's sampled drafts over its greedy ones in
     accepted drafts per round, ``ACCEPTANCE``), ``meta``."""
     rows = _order(assemble(measurements))
@@ -56,9 +57,17 @@ def document(measurements: list[dict], calibration_configs: set[str], meta: dict
     return {"meta": meta, "rows": [r for r in rows if r["config"] not in calibration_configs],
             "calibration": [r for r in rows if r["config"] in calibration_configs],
             "paired": paired_summaries(paired_cells(
-                measurements, twin_pairs(measurements) + list(versus)) + [
+                measurements, twin_pairs(measurements) + _best(measurements) + list(versus),
+                exclude=frozenset(calibration_configs)) + [
                 c for c in paired_cells(measurements, list(ACCEPTANCE), "accepted_per_round")
                 if c["temperature"] > 0])}
+
+
+def _best(measurements: list[dict]) -> list[tuple[str, str]]:
+    """(the adaptive row, BEST) where the adaptive engine ran beside other engines."""
+    ran = {m["config"] for m in measurements}
+    adaptive = "specpair_adaptive"
+    return [(adaptive, BEST)] if adaptive in ran and len(ran - {adaptive, TWIN}) > 0 else []
 
 
 def _sampling(r: dict) -> str:

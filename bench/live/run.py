@@ -57,7 +57,7 @@ def _engine(config: Config, pair: Path, model_name: str, work: Path, vllm_dir: P
                           args=[*config.drafter_args, "--metrics-port", "0"])
         env |= {"SPECPAIR_DRAFTER": drafter.address, "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
     args = ["--served-model-name", model_name, "--dtype", "float32", "--max-model-len", "512",
-            "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"]
+            "--max-num-seqs", "16", "--enforce-eager", "--seed", "0"]
     spec = config.speculative_arg(str(pair / "draft"))
     if spec is not None:
         args += ["--speculative-config", spec]

@@ -6,7 +6,11 @@ files (about 1 in 10, fixed by path) were never trained on. From them, in corpus
 - ``code``: a function's first three lines (a ``def`` line and the two code lines after it:
   no comment, docstring or blank line among them), to continue;
 - ``prose``: the opening line of a docstring or of a comment (at least 40 characters of
-  text, not closed on the line), to continue in words.
+  text, not closed on the line), to continue in words;
+- ``copy``: a function's first lines (its ``def`` line and three to five code lines), a blank
+  line, then its ``def`` line again: the text to write is mostly in the prompt already (the
+  case of "rewrite this with one change" or an echoed record, where a lookup in the request's
+  own history drafts best).
 
 Four prompts per workload, taken at evenly spaced places in the list of candidates (so from
 different files), so that concurrency 4 sends four different prompts. Prompt i of
@@ -24,9 +28,11 @@ from specpair.models import corpus
 
 __all__ = ["PER_WORKLOAD", "WORKLOADS", "draw", "prompts", "prompts_for"]
 
-WORKLOADS = ("code", "prose")
+WORKLOADS = ("code", "prose", "copy")
 PER_WORKLOAD = 4
 MAX_PROMPT_CHARS = 240  # a few tens of tokens: prompt + 128 tokens fit max-model-len 512
+MAX_COPY_CHARS = 400  # a copy prompt repeats its def line: about 130 tokens at most
+COPY_LINES = (3, 5)  # code lines after the def line in a copy prompt: at least, at most
 
 _DEF = re.compile(r"^\s*def \w+\(.*$")
 _DOC = re.compile(r'^\s*(?:"""|\'\'\')(?P<text>[^"\']{40,})$')
@@ -38,26 +44,39 @@ def _code_line(line: str) -> bool:
     return bool(s) and not s.startswith(("#", '"', "'", "@"))
 
 
-def _candidates(text: str) -> tuple[list[str], list[str]]:
+def _copy(lines: list[str], i: int) -> str | None:
+    """The copy prompt of the function whose ``def`` line is ``lines[i]``, or None."""
+    n = 0
+    while n < COPY_LINES[1] and i + n + 1 < len(lines) and _code_line(lines[i + n + 1]):
+        n += 1
+    if n < COPY_LINES[0]:
+        return None
+    prompt = "\n".join(lines[i:i + n + 1]) + "\n\n" + lines[i] + "\n"
+    return prompt if len(prompt) <= MAX_COPY_CHARS else None
+
+
+def _candidates(text: str) -> dict[str, list[str]]:
     lines = text.splitlines()
-    code, prose = [], []
+    found: dict[str, list[str]] = {w: [] for w in WORKLOADS}
     for i, line in enumerate(lines):
         if _DEF.match(line) and i + 2 < len(lines) and all(map(_code_line, lines[i + 1:i + 3])):
             prompt = "\n".join(lines[i:i + 3]) + "\n"
             if len(prompt) <= MAX_PROMPT_CHARS:
-                code.append(prompt)
+                found["code"].append(prompt)
+            copy = _copy(lines, i)
+            if copy is not None:
+                found["copy"].append(copy)
         elif (_DOC.match(line) or _COMMENT.match(line)) and len(line) <= MAX_PROMPT_CHARS:
-            prose.append(line.strip() + "\n")
-    return code, prose
+            found["prose"].append(line.strip() + "\n")
+    return found
 
 
 def draw(texts: list[str], per_workload: int = PER_WORKLOAD) -> dict[str, tuple[str, ...]]:
     """``per_workload`` prompts of each workload from ``texts`` (held-out files, in order)."""
     found: dict[str, list[str]] = {w: [] for w in WORKLOADS}
     for text in texts:
-        code, prose = _candidates(text)
-        found["code"] += code
-        found["prose"] += prose
+        for w, got in _candidates(text).items():
+            found[w] += got
     out = {}
     for w, pool in found.items():
         if len(pool) < per_workload:

@@ -15,6 +15,7 @@ from bench.live.__main__ import main as live_main
 from bench.live.client import Stream, round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
 from bench.live.paired import (
+    BEST,
     paired_cells,
     paired_summaries,
     paired_summary,
@@ -153,6 +154,34 @@ def test_a_row_over_another_engines_row_pairs_by_cell_and_repetition_and_says_so
             "repetition, seconds apart)") in text
     assert f"code     T=0        c=1: {gm:.3f} [" in text and f"all 1 cells: {gm:.3f}" in text
     assert "specpair_greedy over vllm_draft_model" in text
+
+
+def test_the_adaptive_row_over_the_best_other_row_marks_the_cells_it_loses():
+    """Per cell and repetition, specpair_adaptive over the fastest other result row (its
+    twin and vLLM's rows included, the draft-alone calibration not): which row was best is
+    kept, and a cell whose median ratio is below 0.95 is marked LOSES in the table."""
+    ms = []
+    for rep, (ng, ad) in enumerate([(120.0, 100.0), (90.0, 100.0), (130.0, 104.0)]):
+        ms += [_m("target_only", rep, 50.0), _m("vllm_ngram", rep, ng),
+               _m("specpair_adaptive", rep, ad), _m(TWIN, rep, 95.0),
+               _m("draft_alone", rep, 500.0),  # a calibration: never the best
+               # c = 4: the adaptive row is the fastest
+               _m("target_only", rep, 40.0, conc=4), _m("specpair_adaptive", rep, 80.0, conc=4),
+               _m("vllm_ngram", rep, 60.0, conc=4)]
+    for m in ms:
+        if m["config"] == TWIN:
+            m["twin_of"] = "specpair_adaptive"
+    cells = paired_cells(ms, [("specpair_adaptive", BEST)], exclude=frozenset({"draft_alone"}))
+    assert [(c["baseline"], c["concurrency"]) for c in cells] == [(BEST, 1), (BEST, 4)]
+    assert cells[0]["ratios"] == pytest.approx([100 / 120, 100 / 95, 104 / 130])
+    assert cells[0]["best"] == ["vllm_ngram", TWIN, "vllm_ngram"]
+    assert cells[1]["ratios"] == pytest.approx([80 / 60] * 3)
+    doc = document(ms, {"draft_alone"}, {"title": "t"}, {"greedy": 0.0, "sampled": 0.0})
+    text = table(doc)
+    assert "specpair_adaptive over the best other row of the cell" in text
+    lost = [ln for ln in text.splitlines() if ln.endswith("LOSES")]
+    assert len(lost) == 1 and "c=1" in lost[0] and "best vllm_ngram" in lost[0], text
+    assert any("c=4" in ln and ln.endswith("best vllm_ngram") for ln in text.splitlines())
 
 
 def test_sampled_over_greedy_drafts_pairs_accepted_drafts_per_round_at_t_above_0():
@@ -320,7 +349,7 @@ def test_plans_interleave_every_cell_once_per_repetition_each_engine_once():
             assert sorted(map(str, plan.cells(rep))) == sorted(map(str, first))
         assert plan.cells(1)[0] == first[1]  # rotated
     full = full_plan(("code", "prose"))
-    assert full.reps >= 5 and len(full.cells(0)) == 2 * 3 * 2
+    assert full.reps >= 5 and len(full.cells(0)) == 2 * 3 * 3  # c = 1, 4 and 16
     assert "draft_alone" in {c.name for c in full.run}
 
 
@@ -337,8 +366,8 @@ def test_every_cell_runs_in_every_engine_in_turn_the_first_turn_rotating():
                 assert (config.name, xargs) == (("specpair_adaptive", {PIN_ARG: f"fixed:{K}"})
                                                 if name == TWIN else (name, None))
             firsts.append(turns[0][1])
-    # 5 x 12 cells over 8 turns: each turn first 7 or 8 times
-    assert {firsts.count(r) for r in rows} == {7, 8}
+    # 5 x 18 cells over 8 turns: each turn first 11 or 12 times
+    assert {firsts.count(r) for r in rows} == {11, 12}
 
 
 def test_too_little_memory_for_the_engines_is_one_line_and_exit_3(tmp_path, monkeypatch,
@@ -356,7 +385,7 @@ def test_the_paired_plan_runs_only_the_adaptive_engine_many_times():
     assert [c.name for c in plan.run] == ["specpair_adaptive"]
     assert plan.run[0].twin == (TWIN, f"fixed:{K}") and plan.reps == PAIRED_REPS >= 20
     assert plan.cells(0) == full_plan(("code", "prose")).cells(0)  # the full plan's cells
-    assert plan.measurements() == 20 * 12 * 2 + 2  # adaptive and twin, + warm-ups
+    assert plan.measurements() == 20 * 18 * 2 + 3  # adaptive and twin, + warm-ups
 
 
 def test_the_versus_plan_runs_draft_model_and_specpairs_fixed_rows_at_t0_many_times():

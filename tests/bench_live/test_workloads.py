@@ -15,6 +15,13 @@ def walk(root):
         yield dirpath
 
 
+def tree(root):
+    seen = set()
+    for dirpath, names, files in os.walk(root):
+        seen.add(dirpath)
+        yield dirpath, len(files)
+
+
 def documented(x):
     """Return the thing that this function computes from its argument x.
 
@@ -26,9 +33,17 @@ def documented(x):
 
 
 def test_candidates_are_function_openings_and_prose_openings():
-    code, prose = _candidates(FILE)
+    found = _candidates(FILE)
+    code, prose, copy = found["code"], found["prose"], found["copy"]
     assert code == ["def walk(root):\n    for dirpath, names, files in os.walk(root):\n"
-                    "        yield dirpath\n"]
+                    "        yield dirpath\n",
+                    "def tree(root):\n    seen = set()\n"
+                    "    for dirpath, names, files in os.walk(root):\n"]
+    # a function with three code lines or more, then its def line again: the rest is a copy
+    assert copy == ["def tree(root):\n    seen = set()\n"
+                    "    for dirpath, names, files in os.walk(root):\n"
+                    "        seen.add(dirpath)\n        yield dirpath, len(files)\n"
+                    "\ndef tree(root):\n"]
     # a def line followed by a docstring is not code to continue; the docstring is prose
     assert prose == ['"""Return the thing that this function computes from its argument x.\n',
                      "# a comment that is long enough to count as the opening of some prose "
@@ -37,7 +52,7 @@ def test_candidates_are_function_openings_and_prose_openings():
 
 
 def test_draw_refuses_a_corpus_without_enough_prompts():
-    with pytest.raises(ValueError, match="held-out corpus has 1 code prompts, 2 wanted"):
+    with pytest.raises(ValueError, match="held-out corpus has 1 copy prompts, 2 wanted"):
         draw([FILE], per_workload=2)
 
 
@@ -46,6 +61,7 @@ def test_the_prompts_are_four_distinct_openings_from_held_out_files():
     for w in WORKLOADS:
         got = prompts(w)
         assert len(set(got)) == PER_WORKLOAD, got
-        assert all(any(p.strip() in t for t in held_out) for p in got)
+        # (a copy prompt: a function's opening, then its def line again)
+        assert all(any(p.split("\n\n")[0].strip() in t for t in held_out) for p in got)
     assert len(set(prompts_for("code", 0, 4))) == 4  # concurrency 4: four different prompts
     assert prompts_for("code", 1, 1) != prompts_for("code", 0, 1)
