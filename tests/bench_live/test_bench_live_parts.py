@@ -426,6 +426,8 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
     for argv, message in ((["--pair", str(tmp_path)], "no target/config.json"),
                           (["--env", "NOEQUALS"], "KEY=VALUE"), (["--bogus"], "bogus"),
                           (["--reps", "0"], "--reps wants 1..200"),
+                          (["--workloads", "code,poetry"], "--workloads wants some of"),
+                          (["--concurrency", "1,x"], "--concurrency wants integers"),
                           (["--quick", "--paired"], "not allowed with"),
                           (["--paired", "--versus"], "not allowed with")):
         with pytest.raises(SystemExit) as exit_:
@@ -433,6 +435,11 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
         err = capsys.readouterr().err
         assert exit_.value.code == 4 and len(err.strip().splitlines()) == 1, err
         assert message in err
+    assert live_main(["--quick", "--concurrency", "16", "--plan"]) == 4
+    assert capsys.readouterr().err == ("bench-live: --concurrency 16: the QUICK plan runs 1,4\n")
+    assert live_main(["--workloads", "copy", "--concurrency", "1,16", "--plan"]) == 0
+    assert "(workloads copy; T=0, T=1, T=1 top-p 0.9; concurrency 1, 16)" in \
+        capsys.readouterr().err
 
 
 def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_path, capsys):
