@@ -19,7 +19,7 @@ from specpair.proposal import QKind
 from specpair.vllm import settings
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.drafting import NGRAM_MODE, Drafting, RequestStep
-from specpair.vllm.ngram import DEFAULT, NgramLookup, parse
+from specpair.vllm.ngram import NgramLookup
 from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None,
@@ -37,11 +37,11 @@ class Clock:
 
 
 def test_the_setting_is_min_colon_max_and_a_bad_one_is_named():
-    assert parse({}) == DEFAULT == (5, 5)
-    assert parse({"SPECPAIR_NGRAM": "2:4"}) == (2, 4)
+    assert settings.ngram({}) == settings.NGRAM_DEFAULT == (5, 5)
+    assert settings.ngram({"SPECPAIR_NGRAM": "2:4"}) == (2, 4)
     for bad in ("4:2", "0:3", "3", "a:b", "1:65"):
-        with pytest.raises(ValueError, match="SPECPAIR_NGRAM=.*expected MIN:MAX"):
-            parse({"SPECPAIR_NGRAM": bad})
+        with pytest.raises(settings.BadTargetSetting, match="SPECPAIR_NGRAM=.*expected MIN:MAX"):
+            settings.ngram({"SPECPAIR_NGRAM": bad})
     with pytest.raises(settings.BadTargetSetting, match="SPECPAIR_NGRAM='4:2'"):
         settings.check({"SPECPAIR_NGRAM": "4:2"}, K)
 

@@ -11,14 +11,15 @@ speculator too (``vllm.v1.worker.gpu.spec_decode.ngram``), but its matcher is a 
 over the runner's on-device token table; the V1 function used here is host-side (numba) and
 needs neither runner, so one lookup serves the V1 proposer and the V2 speculator alike.
 
-``SPECPAIR_NGRAM`` (``MIN:MAX``, default ``5:5``, vLLM's own ``ngram`` default) sets the n-gram
-lengths; the depth policy (``specpair.vllm.depth_policy``) decides per request and round
-whether n-gram drafts are drafted at all.
+``SPECPAIR_NGRAM`` (``MIN:MAX``, default ``5:5``, vLLM's own ``ngram`` default; parsed by
+``specpair.vllm.settings``) sets the n-gram lengths; the depth policy
+(``specpair.vllm.depth_policy``) decides per request and round whether n-gram drafts are
+drafted at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -26,26 +27,7 @@ import torch
 from specpair.proposal import QKind
 from specpair.qlaw import Drafts
 
-__all__ = ["ENV", "DEFAULT", "NgramLookup", "parse"]
-
-ENV = "SPECPAIR_NGRAM"
-DEFAULT = (5, 5)  # vLLM's prompt_lookup_min / prompt_lookup_max when neither is given
-MAX_N = 64  # longer n-grams would only cost lookup time
-
-
-def parse(env: Mapping[str, str]) -> tuple[int, int]:
-    """(MIN, MAX) of SPECPAIR_NGRAM; ValueError naming the value when it is not MIN:MAX with
-    1 <= MIN <= MAX <= 64."""
-    text = env.get(ENV, "")
-    if not text:
-        return DEFAULT
-    lo, sep, hi = text.partition(":")
-    if sep and lo.strip().isdigit() and hi.strip().isdigit() \
-            and 1 <= int(lo) <= int(hi) <= MAX_N:
-        return int(lo), int(hi)
-    raise ValueError(f"{ENV}={text[:40]!r}: expected MIN:MAX n-gram lengths with "
-                     f"1 <= MIN <= MAX <= {MAX_N} (default {DEFAULT[0]}:{DEFAULT[1]})")
-
+__all__ = ["NgramLookup"]
 
 def _matcher() -> Callable[..., np.ndarray]:
     from vllm.v1.spec_decode.ngram_proposer import (

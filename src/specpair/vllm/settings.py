@@ -14,18 +14,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from specpair.errors import BadInput
-from specpair.vllm.ngram import ENV as NGRAM
-from specpair.vllm.ngram import parse as parse_ngram
 from specpair.vllm.policy_setting import ENV as DEPTH_POLICY
 from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 __all__ = ["BadTargetSetting", "DEADLINE", "DEPTH_POLICY", "DRAFTER", "FEATURES", "KEY_FILE",
-           "NGRAM", "check", "deadline_s", "depth_policy", "drafter", "features", "ngram"]
+           "NGRAM", "NGRAM_DEFAULT", "check", "deadline_s", "depth_policy", "drafter", "features",
+           "ngram"]
 
 DRAFTER = "SPECPAIR_DRAFTER"  # HOST:PORT of the drafter, or inproc:MODEL_DIR
 KEY_FILE = "SPECPAIR_DRAFTER_KEY_FILE"  # the wire's shared key (HOST:PORT only)
 DEADLINE = "SPECPAIR_DRAFT_DEADLINE_MS"  # per-step deadline of a PROPOSE round
 FEATURES = "SPECPAIR_DRAFT_FEATURES"  # KIND:DTYPE:WIDTH of the hidden states the drafter asks
+NGRAM = "SPECPAIR_NGRAM"  # MIN:MAX n-gram lengths of the n-gram lookup (specpair.vllm.ngram)
+NGRAM_DEFAULT = (5, 5)  # vLLM's prompt_lookup_min / prompt_lookup_max when neither is given
+NGRAM_MAX = 64  # longer n-grams would only cost lookup time
 DEFAULT_DEADLINE_MS = 200.0
 MAX_DEADLINE_MS = 60_000.0
 FEATURE_KINDS = ("LAST_HIDDEN", "AUX_POOLED")  # specpair.wire.frames.FeatureKind's names
@@ -94,11 +96,17 @@ def depth_policy(env: Mapping[str, str], k_max: int) -> PolicySetting:
 
 
 def ngram(env: Mapping[str, str]) -> tuple[int, int]:
-    """(MIN, MAX) n-gram lengths of the n-gram lookup (SPECPAIR_NGRAM)."""
-    try:
-        return parse_ngram(env)
-    except ValueError as e:
-        raise BadTargetSetting(str(e)) from None
+    """(MIN, MAX) n-gram lengths of the n-gram lookup (SPECPAIR_NGRAM; default 5:5)."""
+    text = env.get(NGRAM, "")
+    if not text:
+        return NGRAM_DEFAULT
+    lo, sep, hi = text.partition(":")
+    if sep and lo.strip().isdigit() and hi.strip().isdigit() \
+            and 1 <= int(lo) <= int(hi) <= NGRAM_MAX:
+        return int(lo), int(hi)
+    raise BadTargetSetting(f"{NGRAM}={text[:40]!r}: expected MIN:MAX n-gram lengths with "
+                           f"1 <= MIN <= MAX <= {NGRAM_MAX} (default "
+                           f"{NGRAM_DEFAULT[0]}:{NGRAM_DEFAULT[1]})")
 
 
 def check(env: Mapping[str, str], depth: int) -> None:
