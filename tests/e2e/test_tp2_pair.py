@@ -16,7 +16,7 @@ process. What sharing rank 0's drafting with every rank must give (specpair.vllm
 - one drafter connection and one round per engine step that drafts; specpair's accepted
   drafts equal vLLM's per position; only rank 0 drafts and exports; greedy completions equal
   target-only TP = 2 token for token; four identical seeded requests beside other traffic
-  give one completion, twice;
+  give one completion, twice, where no round is late (a run of its own, no relay);
 - power: rank 1's q perturbed after the guard and the appended-token check off (the ranks
   diverge unseen, as before sharing) FAILS the re-scoring check; rank 1's q perturbed before
   the guard is caught (``specpair_rank_mismatch_total`` > 0, every rank drops the drafts, the
@@ -54,9 +54,6 @@ pytestmark = [pytest.mark.slow, NEEDS_VLLM]
 TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # one core a rank (two on this kind of box)
 TOL = 1e-3  # nats: an emitted token's logprob against the re-scoring (TP = 2 alone: ~1e-5)
 MIXED, MIXED_TOKENS = 24, 32  # unseeded requests of the mixed batch, tokens each
-# in spec2's mixed batch every other request drafts by this schedule, n-gram drafts (n) in two
-# rounds of four; one-token n-grams, so that the tiny pair's text finds matches
-MIXED_PIN, NGRAM = "schedule:3n,2,1n,3", "1:1"
 ALPHA = 1e-6
 INDICES = (1, 2, 3)
 SEEDS = 3_000_000  # this module's seeded samples: disjoint from the reference's
@@ -98,11 +95,9 @@ def spec2(tiny_setup):
     relay = LateProxy(drafter.port, every_s=3.0, delay_s=1.2)
     try:
         r = probe(s.full, s.pair.target, s.root / "spec2.log", tp=2, spec="remote",
-                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000",
-                              SPECPAIR_NGRAM=NGRAM),
+                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000"),
                   prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
-                  sample_tokens=4, seed_base=SEEDS, mixed=MIXED, mixed_tokens=MIXED_TOKENS,
-                  mixed_pin=MIXED_PIN, repeat=4)
+                  sample_tokens=4, seed_base=SEEDS, mixed=MIXED, mixed_tokens=MIXED_TOKENS)
         r["drafter"] = _drafter_metrics(drafter.metrics())
         r["delayed"] = relay.delayed
     finally:
@@ -259,10 +254,6 @@ def test_one_connection_one_round_per_step_and_accepted_counted_once(spec2):
     by_mode = r0["counters"]["accepted_by"].values()
     accepted = [sum(c[k] for c in by_mode if k < len(c)) for k in range(3)]
     assert accepted == spec2["spec_metrics"]["vllm:spec_decode_num_accepted_tokens_per_pos"]
-    ngram = r0["counters"]["draft_tokens_by"].get("ngram", [])
-    print(f"n-gram drafts handed by position: {ngram}, accepted "
-          f"{r0['counters']['accepted_by'].get('ngram')}")
-    assert sum(ngram) > 0  # n-gram drafts were in the mix (MIXED_PIN), counted like the others
     assert r0["mismatches"] == 0 and r1["mismatches"] == 0
 
 
@@ -270,8 +261,26 @@ def test_greedy_equals_target_only_tp2(spec2, ref2):
     assert spec2["greedy"] == ref2["greedy"]
 
 
-def test_identical_seeded_requests_give_one_completion(spec2):
-    first, second = spec2["repeat"]
+@pytest.fixture(scope="module")
+def seeded2(tiny_setup):
+    """specpair at TP = 2 as shipped, no relay and a 2 s deadline: four identical seeded
+    requests beside four unseeded ones, twice. Not behind spec2's relay: a round past the
+    deadline is a target-only step for every request in it, and a seeded request's tokens
+    from there on come from other verifier draws (at TP = 2 a late round in one of the two
+    batches gave two completions; docs/performance.md, "Reproducible requests")."""
+    s = tiny_setup
+    drafter = Drafter(s.pair.draft, s.key, s.root / "drafter-seeded2.log")
+    try:
+        return probe(s.full, s.pair.target, s.root / "seeded2.log", tp=2, spec="remote",
+                     env=_remote(s, drafter.address, SPECPAIR_DRAFT_DEADLINE_MS="2000"),
+                     prompts=PROMPTS, mixed_tokens=MIXED_TOKENS, repeat=4)
+    finally:
+        drafter.stop()
+
+
+def test_identical_seeded_requests_give_one_completion(seeded2):
+    first, second = seeded2["repeat"]
+    assert seeded2["ranks"][0]["counters"]["missing"] == 0  # no round was late or lost
     assert len({tuple(t) for t in first + second}) == 1
 
 

@@ -84,12 +84,24 @@ def _rounds(policy, clock, ngram_hits, rounds, per_draft=0.004, remote_hits=0):
 
 def test_copying_text_is_drafted_from_its_history_and_other_text_is_not():
     clock = Clock()
-    copying = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=K, rounds=40)
+    copying = _rounds(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ngram_hits=K,
+                      rounds=40)
     assert all(used for _, used in copying[10:]), copying
     assert sum(k != K for k, _ in copying[10:]) <= 2, copying  # the depth probes: 1 in 16
     clock = Clock()
-    other = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=0, rounds=40)
+    other = _rounds(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ngram_hits=0,
+                    rounds=40)
     assert not any(used for _, used in other), other  # never: no match was ever seen
+    clock = Clock()
+    default = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=K, rounds=40)
+    assert not any(used for _, used in default)  # opt-in: without SPECPAIR_NGRAM, never
+
+
+def test_adaptive_n_gram_drafts_are_opt_in(monkeypatch):
+    monkeypatch.delenv("SPECPAIR_NGRAM", raising=False)
+    assert not DepthPolicy.from_env(K).ngram_adaptive
+    monkeypatch.setenv("SPECPAIR_NGRAM", "5:5")
+    assert DepthPolicy.from_env(K).ngram_adaptive
 
 
 def test_a_request_whose_copying_stops_goes_back_to_the_drafter():
@@ -98,7 +110,7 @@ def test_a_request_whose_copying_stops_goes_back_to_the_drafter():
     accepted at two positions of three) the choice moves back within a few rounds, no probe
     needed; while it copied, n-gram drafts won from the third round on."""
     clock = Clock()
-    p = DepthPolicy(K, clock=clock)
+    p = DepthPolicy(K, clock=clock, ngram_adaptive=True)
     copying = _rounds(p, clock, ngram_hits=K, rounds=30, remote_hits=2)
     assert all(used for _, used in copying[2:]), copying
     after = _rounds(p, clock, ngram_hits=0, rounds=30, remote_hits=2)
@@ -122,7 +134,7 @@ def test_pinned_settings_choose_n_gram_rounds_and_seeded_requests_never_get_them
     fixed.observe("r", 1)
     assert not fixed.looks_up("r")  # nothing could take the lookup's drafts: none is made
     clock = Clock()
-    q = DepthPolicy(K, clock=clock)
+    q = DepthPolicy(K, clock=clock, ngram_adaptive=True)
     for _ in range(40):
         q.begin(["s"])
         q.observe("s", 1, reproducible=True)
@@ -139,7 +151,8 @@ def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them
     "ngram" in the session's counters, which /metrics exports beside the drafter's modes."""
     d = Drafting(K, V, 1000, "unused")
     clock = Clock()
-    d.policy = DepthPolicy(K, clock=clock)  # steps of 30 ms, whatever this machine does
+    # steps of 30 ms, whatever this machine does; n-gram drafts on (SPECPAIR_NGRAM set)
+    d.policy = DepthPolicy(K, clock=clock, ngram_adaptive=True)
     d.source = FakeSource(["ok"] * 100)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3
     text = list(prompt)

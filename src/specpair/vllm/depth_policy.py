@@ -56,6 +56,7 @@ from specpair.vllm.policy_setting import (
     PolicySetting,
     parse_setting,
 )
+from specpair.vllm.settings import NGRAM as NGRAM_ENV
 
 __all__ = ["DepthPolicy", "sampling_law"]
 
@@ -116,6 +117,9 @@ class DepthPolicy:
     setting: PolicySetting = field(default_factory=lambda: PolicySetting("adaptive"))
     clock: Callable[[], float] = time.monotonic
     chosen: list[int] = field(default_factory=list)  # choices by k (index), cumulative
+    # whether ``adaptive`` may choose n-gram drafts (SPECPAIR_NGRAM set: opt-in, see
+    # docs/performance.md "N-gram drafts"); pinned settings with an ``n`` take them anyway
+    ngram_adaptive: bool = False
 
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
@@ -152,7 +156,8 @@ class DepthPolicy:
 
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
-        return cls(k_max, parse_setting(os.environ.get(ENV, "adaptive"), k_max))
+        return cls(k_max, parse_setting(os.environ.get(ENV, "adaptive"), k_max),
+                   ngram_adaptive=bool(os.environ.get(NGRAM_ENV)))
 
     def begin(self, live: Collection[str]) -> None:
         """A step starts: time the last one (against the largest depth asked for) and forget
@@ -255,7 +260,8 @@ class DepthPolicy:
         if r is None:
             return False
         s = r.setting or self.setting
-        return (s.mode == "adaptive" and not r.reproducible) or any(s.ngram)
+        return (s.mode == "adaptive" and self.ngram_adaptive and not r.reproducible
+                or any(s.ngram))
 
     def ngram(self, req_id: str) -> bool:
         """Whether ``req_id``'s drafts this step are n-gram drafts (``depths`` chose)."""
@@ -387,7 +393,7 @@ class DepthPolicy:
             a = self._estimate(r, mode)
             return max(expected_tokens(a, d) / self.time(d, round_trip)
                        for d in range(1, self.k_max + 1))
-        if self.k_max == 0:
+        if self.k_max == 0 or not self.ngram_adaptive:
             return False
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
 

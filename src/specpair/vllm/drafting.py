@@ -156,7 +156,7 @@ class Drafting:
         self._seeds: dict[str, int] = {}  # vLLM request id -> drafter key of an unseeded one
         self.steps = 0  # steps run (named in the guard's lines)
         self.rank_mismatches = 0  # steps whose drafts the guard dropped
-        if self.drafter:
+        if self.drafter and self.policy.ngram_adaptive:
             self.ngram.warm_up()  # (numba compiles the lookup: not in the first step)
 
     # ---- the session, rank 0 only ---------------------------------------------------------
