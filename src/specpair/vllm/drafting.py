@@ -146,8 +146,8 @@ class Drafting:
         # request id -> (committed length, the lookup's drafts then): measured at its next step
         self._lookups: dict[str, tuple[int, torch.Tensor | None]] = {}
         # request id -> its committed tokens on the host (rank 0; int32, in a buffer that
-        # doubles as it fills) and their number: each step copies only what was committed
-        # since, for the lookup and the drafter alike
+        # doubles as it fills) and their number, for requests the lookup may serve: each step
+        # copies only what was committed since, for the lookup and the drafter alike
         self._history: dict[str, tuple[np.ndarray, int]] = {}
         # the target's specpair series: exported by the drafting rank only (once per target)
         self.metrics: TargetMetrics | None = target_metrics(depth) if self.drafter else None
@@ -253,8 +253,8 @@ class Drafting:
             if r.num_sampled:  # (a request still in prefill has no depth to choose)
                 policy.observe(r.req_id, r.num_sampled, r.pin,
                                sampling_law(p.temperature, p.top_k, p.top_p), r.reproducible)
-                history[r.req_id] = self._committed(r, lambda a, b, i=i: tokens(i, a, b))
-                if policy.looks_up(r.req_id):
+                if policy.looks_up(r.req_id):  # (only the lookup needs the whole history)
+                    history[r.req_id] = self._committed(r, lambda a, b, i=i: tokens(i, a, b))
                     self._measure_lookup(r, history[r.req_id])
         chosen = policy.depths(session.greedy_items)
         spec = session.features
@@ -272,8 +272,9 @@ class Drafting:
                         local[r.req_id] = Drafts(found.tokens[:k], found.kind, None, None)
                     k = 0  # nothing asked of the drafter for it this step
             start = session.needed_from(r.req_id, n) if k else n
-            new = (torch.from_numpy(history[r.req_id][start:n].astype(np.int64))
-                   if start < n else torch.zeros(0, dtype=torch.int64))
+            held = history.get(r.req_id)
+            new = (torch.zeros(0, dtype=torch.int64) if start >= n else tokens(i, start, n)
+                   if held is None else torch.from_numpy(held[start:n].astype(np.int64)))
             feats = None
             if spec is not None and k and features is not None:
                 feats = features(i).to("cpu", spec.dtype)
