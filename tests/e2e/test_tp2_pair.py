@@ -7,10 +7,11 @@ process. What sharing rank 0's drafting with every rank must give (specpair.vllm
   defect this guards. At TP = 2 with every rank drafting for itself, unseeded T = 1
   requests gave the ranks different drafts and q, their token tables diverged, and emitted
   tokens were off by up to 15.6 nats, while a marginal chi-square of the first tokens passed.
-  Checked on UNSEEDED requests of four sampling laws in one batch, the adaptive policy on,
-  behind a relay that holds a drafter answer past the round deadline once every 3 s (late
-  rounds on rank 0 must be no drafts on every rank). Tolerance TOL, set from TP = 2 without
-  speculation (its own re-scoring is checked to stay under TOL / 10);
+  Checked on UNSEEDED requests of four sampling laws in one batch, the adaptive policy on
+  (n-gram drafts among its choices; every other request pinned to a schedule with n-gram
+  rounds, MIXED_PIN), behind a relay that holds a drafter answer past the round deadline
+  once every 3 s (late rounds on rank 0 must be no drafts on every rank). Tolerance TOL,
+  set from TP = 2 without speculation (its own re-scoring is checked to stay under TOL / 10);
 - the output law: seeded T = 1 samples of prompt 0 against target-only (TP = 1), chi-square at
   generated-token indices 1..3, Bonferroni, family-wise alpha 1e-6 (vllm_checks.twosample);
 - one drafter connection and one round per engine step that drafts; specpair's accepted
@@ -54,6 +55,9 @@ pytestmark = [pytest.mark.slow, NEEDS_VLLM]
 TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # one core a rank (two on this kind of box)
 TOL = 1e-3  # nats: an emitted token's logprob against the re-scoring (TP = 2 alone: ~1e-5)
 MIXED, MIXED_TOKENS = 24, 32  # unseeded requests of the mixed batch, tokens each
+# in spec2's mixed batch every other request drafts by this schedule, n-gram drafts (n) in two
+# rounds of four; one-token n-grams, so that the tiny pair's text finds matches
+MIXED_PIN, NGRAM = "schedule:3n,2,1n,3", "1:1"
 ALPHA = 1e-6
 INDICES = (1, 2, 3)
 SEEDS = 3_000_000  # this module's seeded samples: disjoint from the reference's
@@ -95,9 +99,11 @@ def spec2(tiny_setup):
     relay = LateProxy(drafter.port, every_s=3.0, delay_s=1.2)
     try:
         r = probe(s.full, s.pair.target, s.root / "spec2.log", tp=2, spec="remote",
-                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000"),
+                  env=_remote(s, relay.address, SPECPAIR_DRAFT_DEADLINE_MS="1000",
+                              SPECPAIR_NGRAM=NGRAM),
                   prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
-                  sample_tokens=4, seed_base=SEEDS, mixed=MIXED, mixed_tokens=MIXED_TOKENS)
+                  sample_tokens=4, seed_base=SEEDS, mixed=MIXED, mixed_tokens=MIXED_TOKENS,
+                  mixed_pin=MIXED_PIN)
         r["drafter"] = _drafter_metrics(drafter.metrics())
         r["delayed"] = relay.delayed
     finally:
@@ -254,6 +260,10 @@ def test_one_connection_one_round_per_step_and_accepted_counted_once(spec2):
     by_mode = r0["counters"]["accepted_by"].values()
     accepted = [sum(c[k] for c in by_mode if k < len(c)) for k in range(3)]
     assert accepted == spec2["spec_metrics"]["vllm:spec_decode_num_accepted_tokens_per_pos"]
+    ngram = r0["counters"]["draft_tokens_by"].get("ngram", [])
+    print(f"n-gram drafts handed by position: {ngram}, accepted "
+          f"{r0['counters']['accepted_by'].get('ngram')}")
+    assert sum(ngram) > 0  # n-gram drafts were in the mix (MIXED_PIN), counted like the others
     assert r0["mismatches"] == 0 and r1["mismatches"] == 0
 
 

@@ -16,8 +16,9 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
 - mixed: --mixed N UNSEEDED requests over the prompts (the OpenAI API's default), each with
   one of several sampling laws (T = 1; T = 0.8 top-p 0.9; T = 1.3 top-k 20; greedy), one
   batch, --mixed-tokens tokens each, with each emitted token's logprob (``logprobs=0``, raw:
-  the target's own log-softmax); with --fault-file, once per --fault-phases entry, the phase
-  written to that file first (tests/vllm_checks/tpfault reads it in every rank);
+  the target's own log-softmax), every other one with --mixed-pin as its own depth-policy
+  setting when given; with --fault-file, once per --fault-phases entry, the phase written to
+  that file first (tests/vllm_checks/tpfault reads it in every rank);
 - repeat: --repeat N identical requests (prompt 0, T = 1, seed --repeat-seed) beside N
   unseeded ones, in one batch, twice (two batches): the completions, for reproducibility;
 - rescore: --rescore FILE (a JSON list of {"prompt", "tokens"}): each sequence's tokens'
@@ -98,15 +99,18 @@ def _with_logprobs(outs, prompts) -> list[dict]:  # noqa: ANN001
     return got
 
 
-def _mixed(llm, prompts: list[list[int]], n: int, tokens: int) -> list[dict]:  # noqa: ANN001
+def _mixed(llm, prompts: list[list[int]], n: int, tokens: int,  # noqa: ANN001
+           pin: str | None) -> list[dict]:
     from vllm import SamplingParams
 
     ps = [prompts[i % len(prompts)] for i in range(n)]
     params = []
     for i in range(n):
         t, top_p, top_k = MIXED_LAWS[i % len(MIXED_LAWS)]
+        extra = {"specpair_depth_policy": pin} if pin and i % 2 else None
         params.append(SamplingParams(temperature=t, top_p=top_p, top_k=top_k,
-                                     max_tokens=tokens, ignore_eos=True, logprobs=0))
+                                     max_tokens=tokens, ignore_eos=True, logprobs=0,
+                                     extra_args=extra))
     outs = llm.generate([{"prompt_token_ids": p} for p in ps], params, use_tqdm=False)
     return _with_logprobs(outs, ps)
 
@@ -127,6 +131,8 @@ def main() -> int:
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks")
     ap.add_argument("--mixed", type=int, default=0)
     ap.add_argument("--mixed-tokens", type=int, default=32)
+    ap.add_argument("--mixed-pin", default=None,
+                    help="depth-policy setting of every other mixed request (its extra_args)")
     ap.add_argument("--fault-file", default=None)
     ap.add_argument("--fault-phases", default="none", help="comma-separated phase names")
     ap.add_argument("--repeat", type=int, default=0)
@@ -192,7 +198,7 @@ def main() -> int:
                     f.write(phase)
             try:
                 report["mixed"][phase] = _mixed(llm, json.loads(args.prompts), args.mixed,
-                                                args.mixed_tokens)
+                                                args.mixed_tokens, args.mixed_pin)
             except Exception as exc:  # the engine stopped (e.g. its ranks diverged)
                 traceback.print_exc()  # into the log: what stopped it
                 report["stopped"] = {"phase": phase, "error": f"{type(exc).__name__}: {exc}",
