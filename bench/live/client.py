@@ -108,11 +108,14 @@ SPEC_COUNTERS = {
     "chosen": "specpair_chosen_depth_total",  # the depth policy's choices, by depth
 }
 _BY_LABEL = {"per_pos": "position", "chosen": "depth"}  # counters kept as lists by label
+# specpair's draft tokens by drafting mode (greedy, sampled, ngram): kept as "drafted_MODE"
+BY_MODE = {"specpair_draft_tokens_total": "drafted"}
 
 
 def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
     """The SPEC_COUNTERS found in Prometheus texts (summed over label sets; ``per_pos`` as a
-    list by position, ``chosen`` by depth); counters absent from every text are left out."""
+    list by position, ``chosen`` by depth; BY_MODE's as one counter per mode); counters
+    absent from every text are left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     names = {v: k for k, v in SPEC_COUNTERS.items()}
@@ -128,6 +131,9 @@ def spec_counters(*metrics_texts: str) -> dict[str, float | list[float]]:
                     i = int(s.labels[_BY_LABEL[key]])
                     got[i] = got.get(i, 0.0) + s.value
                 elif key is not None:
+                    out[key] = out.get(key, 0.0) + s.value
+                elif s.name in BY_MODE:
+                    key = f"{BY_MODE[s.name]}_{s.labels['mode']}"
                     out[key] = out.get(key, 0.0) + s.value
                 elif s.name == ROUND_BUCKET:
                     le = float(s.labels["le"])

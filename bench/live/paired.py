@@ -71,13 +71,15 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     calibrations), ``twin`` (whether the baseline is the row's twin in its own engine),
     ``measure`` ("tokens_per_s", or "accepted_per_round": accepted drafts per drafting
     round), ``ratios`` (row over baseline, one per repetition that has both), ``best`` (with
-    BEST: which row it was, per repetition) and ``chosen`` (the row's depth choices summed
-    over its turns, by depth)."""
+    BEST: which row it was, per repetition), ``chosen`` (the row's depth choices summed
+    over its turns, by depth) and ``drafted`` (its draft tokens summed over its turns, by
+    drafting mode)."""
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {sorted(MEASURES)}, got {measure!r}")
     twins = set(twin_pairs(measurements))
     by: dict[tuple, dict[int, dict[str, float]]] = defaultdict(dict)
     chosen: dict[tuple, list[float]] = defaultdict(list)
+    drafted: dict[tuple, dict[str, float]] = defaultdict(dict)
     rows = {row for row, _ in pairs}
     for m in measurements:
         v = _value(m, measure)
@@ -88,6 +90,10 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
             for k, n in enumerate(m["counters"].get("chosen", [])):
                 got.extend([0.0] * (k + 1 - len(got)))
                 got[k] += n
+            modes = drafted[(m["config"], _cell(m))]
+            for key, n in m["counters"].items():
+                if key.startswith("drafted_"):
+                    modes[key[8:]] = modes.get(key[8:], 0.0) + n
     out: list[dict] = []
     for row, base in pairs:
         for cell, reps in by.items():
@@ -106,7 +112,8 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
                             "baseline": base, "twin": (row, base) in twins,
                             "measure": measure, "ratios": ratios,
                             "best": best if base == BEST else [],
-                            "chosen": chosen.get((row, cell), [])})
+                            "chosen": chosen.get((row, cell), []),
+                            "drafted": drafted.get((row, cell), {})})
     return out
 
 
@@ -146,6 +153,12 @@ def _depths(chosen: list[float]) -> str:
     return " ".join(f"{k}:{n / total:.0%}" for k, n in enumerate(chosen))
 
 
+def _ngram(drafted: dict[str, float]) -> str:
+    """The n-gram drafts' share of the row's draft tokens, where it drafted any."""
+    total = sum(drafted.values())
+    return f"  ngram {drafted['ngram'] / total:.0%}" if drafted.get("ngram") else ""
+
+
 def paired_summaries(cells: list[dict]) -> list[dict]:
     """live.json's ``paired``: paired_summary of each pair's cells, pairs in order."""
     def key(c: dict) -> tuple:
@@ -179,7 +192,7 @@ def paired_table(summary: dict) -> str:
         lines.append(f"  {c['workload']:<8} {sampling:<10} c={c['concurrency']}: "
                      f"{c['geomean']:.3f} [{c['low']:.3f}-{c['high']:.3f}]  {c['median']:.3f} "
                      f"[{min(c['ratios']):.3f}-{max(c['ratios']):.3f}]  n={c['reps']}  "
-                     f"k {_depths(c['chosen'])}{best}")
+                     f"k {_depths(c['chosen'])}{_ngram(c.get('drafted', {}))}{best}")
     a = summary["all"]
     lines.append(f"  all {a['cells']} cells: {a['geomean']:.3f} [{a['low']:.3f}-{a['high']:.3f}]"
                  f" ({a['geomean'] - 1:+.1%})")

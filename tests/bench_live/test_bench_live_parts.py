@@ -100,7 +100,8 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
     ms = []
     for rep, (a, t) in enumerate([(90.0, 100.0), (110.0, 100.0), (80.0, 100.0), (100.0, 100.0)]):
         for conc in (1, 4):
-            chosen = {"chosen": [1.0, 0.0, 0.0, 3.0]}
+            chosen = {"chosen": [1.0, 0.0, 0.0, 3.0], "drafted_sampled": 6.0,
+                      "drafted_ngram": 2.0}
             ms += [_m("a", rep, a * conc, conc=conc, counters=chosen),
                    {**_m("t", rep, t * conc, conc=conc, counters={"chosen": [0, 0, 0, 9.0]}),
                     "twin_of": "a"}]
@@ -111,6 +112,7 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
     assert [c["concurrency"] for c in cells] == [1, 4]
     assert cells[0]["ratios"] == pytest.approx([0.9, 1.1, 0.8, 1.0])
     assert cells[0]["chosen"] == [4.0, 0.0, 0.0, 12.0]  # the adaptive turns only
+    assert cells[0]["drafted"] == {"sampled": 24.0, "ngram": 8.0}  # by mode, summed
     s = paired_summary(cells, resamples=2000)
     gm = (0.9 * 1.1 * 0.8 * 1.0) ** 0.25
     for c in s["cells"]:
@@ -123,7 +125,7 @@ def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_
     assert s["all"]["high"] - s["all"]["low"] < one["high"] - one["low"]
     assert paired_summary(cells, resamples=2000) == s  # seeded: reproducible
     text = paired_table(s)
-    assert "k 0:25% 1:0% 2:0% 3:75%" in text
+    assert "k 0:25% 1:0% 2:0% 3:75%  ngram 25%" in text  # of its draft tokens
     assert f"all 2 cells: {gm:.3f} [" in text
     assert paired_summary([]) == {"cells": [], "all": None} and paired_table(
         {"cells": [], "all": None}) == ""
@@ -313,10 +315,14 @@ def test_spec_counters_read_vllm_and_drafter_texts():
                     "specpair_drafter_round_seconds_count 3\n")
     target_text = ("# TYPE specpair_chosen_depth counter\n"
                    'specpair_chosen_depth_total{depth="0"} 4.0\n'
-                   'specpair_chosen_depth_total{depth="3"} 9.0\n')
+                   'specpair_chosen_depth_total{depth="3"} 9.0\n'
+                   "# TYPE specpair_draft_tokens counter\n"
+                   'specpair_draft_tokens_total{mode="sampled",position="1"} 6.0\n'
+                   'specpair_draft_tokens_total{mode="sampled",position="2"} 5.0\n'
+                   'specpair_draft_tokens_total{mode="ngram",position="1"} 2.0\n')
     assert spec_counters(vllm_text, drafter_text, target_text) == {
         "drafts": 7.0, "per_pos": [5.0, 2.0], "drafter_s_sum": 0.25, "drafter_s_count": 3.0,
-        "chosen": [4.0, 0.0, 0.0, 9.0]}
+        "chosen": [4.0, 0.0, 0.0, 9.0], "drafted_sampled": 11.0, "drafted_ngram": 2.0}
 
 
 def test_a_stream_in_one_chunk_has_no_client_side_rate():
