@@ -93,15 +93,18 @@ def test_copying_text_is_drafted_from_its_history_and_other_text_is_not():
                     rounds=40)
     assert not any(used for _, used in other), other  # never: no match was ever seen
     clock = Clock()
-    default = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=K, rounds=40)
-    assert not any(used for _, used in default)  # opt-in: without SPECPAIR_NGRAM, never
+    off = _rounds(DepthPolicy(K, clock=clock), clock, ngram_hits=K, rounds=40)
+    assert not any(used for _, used in off)  # turned off (SPECPAIR_NGRAM=off): never
 
 
-def test_adaptive_n_gram_drafts_are_opt_in(monkeypatch):
+def test_adaptive_chooses_n_gram_drafts_unless_they_are_turned_off(monkeypatch):
     monkeypatch.delenv("SPECPAIR_NGRAM", raising=False)
-    assert not DepthPolicy.from_env(K).ngram_adaptive
+    assert DepthPolicy.from_env(K).ngram_adaptive
     monkeypatch.setenv("SPECPAIR_NGRAM", "5:5")
     assert DepthPolicy.from_env(K).ngram_adaptive
+    monkeypatch.setenv("SPECPAIR_NGRAM", "off")
+    assert not DepthPolicy.from_env(K).ngram_adaptive
+    assert settings.ngram({"SPECPAIR_NGRAM": "off"}) == settings.NGRAM_DEFAULT  # pinned n
 
 
 def test_a_request_whose_copying_stops_goes_back_to_the_drafter():

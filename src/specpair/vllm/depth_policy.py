@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 
+from specpair.vllm import settings
 from specpair.vllm.policy_estimates import (
     PRIOR_A,
     PROBE_MAX,
@@ -56,7 +57,6 @@ from specpair.vllm.policy_setting import (
     PolicySetting,
     parse_setting,
 )
-from specpair.vllm.settings import NGRAM as NGRAM_ENV
 
 __all__ = ["DepthPolicy", "sampling_law"]
 
@@ -117,7 +117,7 @@ class DepthPolicy:
     setting: PolicySetting = field(default_factory=lambda: PolicySetting("adaptive"))
     clock: Callable[[], float] = time.monotonic
     chosen: list[int] = field(default_factory=list)  # choices by k (index), cumulative
-    # whether ``adaptive`` may choose n-gram drafts (SPECPAIR_NGRAM set: opt-in, see
+    # whether ``adaptive`` may choose n-gram drafts (from_env: unless SPECPAIR_NGRAM=off; see
     # docs/performance.md "N-gram drafts"); pinned settings with an ``n`` take them anyway
     ngram_adaptive: bool = False
 
@@ -157,7 +157,7 @@ class DepthPolicy:
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
         return cls(k_max, parse_setting(os.environ.get(ENV, "adaptive"), k_max),
-                   ngram_adaptive=bool(os.environ.get(NGRAM_ENV)))
+                   ngram_adaptive=settings.ngram_adaptive(os.environ))
 
     def begin(self, live: Collection[str]) -> None:
         """A step starts: time the last one (against the largest depth asked for) and forget

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -157,7 +158,10 @@ class Drafting:
         self.steps = 0  # steps run (named in the guard's lines)
         self.rank_mismatches = 0  # steps whose drafts the guard dropped
         if self.drafter and self.policy.ngram_adaptive:
-            self.ngram.warm_up()  # (numba compiles the lookup: not in the first step)
+            # numba compiles the lookup (about 5 s of CPU on a 2-core box) while vLLM loads
+            # the model, not in the first step (a step that needs it first waits for it)
+            threading.Thread(target=self.ngram.warm_up, name="specpair-ngram-warm-up",
+                             daemon=True).start()
 
     # ---- the session, rank 0 only ---------------------------------------------------------
 

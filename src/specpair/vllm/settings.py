@@ -18,8 +18,8 @@ from specpair.vllm.policy_setting import ENV as DEPTH_POLICY
 from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 __all__ = ["BadTargetSetting", "DEADLINE", "DEPTH_POLICY", "DRAFTER", "FEATURES", "KEY_FILE",
-           "NGRAM", "NGRAM_DEFAULT", "check", "deadline_s", "depth_policy", "drafter", "features",
-           "ngram"]
+           "NGRAM", "NGRAM_DEFAULT", "NGRAM_OFF", "check", "deadline_s", "depth_policy",
+           "drafter", "features", "ngram", "ngram_adaptive"]
 
 DRAFTER = "SPECPAIR_DRAFTER"  # HOST:PORT of the drafter, or inproc:MODEL_DIR
 KEY_FILE = "SPECPAIR_DRAFTER_KEY_FILE"  # the wire's shared key (HOST:PORT only)
@@ -28,6 +28,7 @@ FEATURES = "SPECPAIR_DRAFT_FEATURES"  # KIND:DTYPE:WIDTH of the hidden states th
 NGRAM = "SPECPAIR_NGRAM"  # MIN:MAX n-gram lengths of the n-gram lookup (specpair.vllm.ngram)
 NGRAM_DEFAULT = (5, 5)  # vLLM's prompt_lookup_min / prompt_lookup_max when neither is given
 NGRAM_MAX = 64  # longer n-grams would only cost lookup time
+NGRAM_OFF = "off"  # SPECPAIR_NGRAM=off: adaptive never chooses n-gram drafts
 DEFAULT_DEADLINE_MS = 200.0
 MAX_DEADLINE_MS = 60_000.0
 FEATURE_KINDS = ("LAST_HIDDEN", "AUX_POOLED")  # specpair.wire.frames.FeatureKind's names
@@ -96,9 +97,10 @@ def depth_policy(env: Mapping[str, str], k_max: int) -> PolicySetting:
 
 
 def ngram(env: Mapping[str, str]) -> tuple[int, int]:
-    """(MIN, MAX) n-gram lengths of the n-gram lookup (SPECPAIR_NGRAM; default 5:5)."""
+    """(MIN, MAX) n-gram lengths of the n-gram lookup (SPECPAIR_NGRAM; default 5:5, also with
+    ``off``, which only keeps ``adaptive`` from choosing them: ngram_adaptive)."""
     text = env.get(NGRAM, "")
-    if not text:
+    if not text or text.strip() == NGRAM_OFF:
         return NGRAM_DEFAULT
     lo, sep, hi = text.partition(":")
     if sep and lo.strip().isdigit() and hi.strip().isdigit() \
@@ -106,7 +108,13 @@ def ngram(env: Mapping[str, str]) -> tuple[int, int]:
         return int(lo), int(hi)
     raise BadTargetSetting(f"{NGRAM}={text[:40]!r}: expected MIN:MAX n-gram lengths with "
                            f"1 <= MIN <= MAX <= {NGRAM_MAX} (default "
-                           f"{NGRAM_DEFAULT[0]}:{NGRAM_DEFAULT[1]})")
+                           f"{NGRAM_DEFAULT[0]}:{NGRAM_DEFAULT[1]}), or {NGRAM_OFF}")
+
+
+def ngram_adaptive(env: Mapping[str, str]) -> bool:
+    """Whether the ``adaptive`` depth policy may choose n-gram drafts: unless
+    SPECPAIR_NGRAM=off (requests pinned to a setting with ``n`` rounds take them anyway)."""
+    return env.get(NGRAM, "").strip() != NGRAM_OFF
 
 
 def check(env: Mapping[str, str], depth: int) -> None:
