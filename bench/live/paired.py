@@ -36,6 +36,7 @@ RESAMPLES = 10_000
 LEVEL = 0.95
 BEST = "best_other"  # a pair's baseline: per repetition, the fastest other row of the cell
 LOSES_BELOW = 0.95  # a row over the best other whose median ratio is below this loses the cell
+TARGET_ONLY = "target_only"  # the row BEST's entries are also read against (``over_target``)
 
 
 CELL = ("workload", "temperature", "top_p", "concurrency")
@@ -71,7 +72,8 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     calibrations), ``twin`` (whether the baseline is the row's twin in its own engine),
     ``measure`` ("tokens_per_s", or "accepted_per_round": accepted drafts per drafting
     round), ``ratios`` (row over baseline, one per repetition that has both), ``best`` (with
-    BEST: which row it was, per repetition), ``chosen`` (the row's depth choices summed
+    BEST: which row it was, per repetition), ``over_target`` (with BEST: the row over
+    TARGET_ONLY in the same repetitions, where it ran), ``chosen`` (the row's depth choices summed
     over its turns, by depth) and ``drafted`` (its draft tokens summed over its turns, by
     drafting mode)."""
     if measure not in MEASURES:
@@ -97,7 +99,7 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     out: list[dict] = []
     for row, base in pairs:
         for cell, reps in by.items():
-            ratios, best = [], []
+            ratios, best, over_target = [], [], []
             for _, v in sorted(reps.items()):
                 others = ({n: x for n, x in v.items() if n != row and n not in exclude}
                           if base == BEST else {base: v[base]} if base in v else {})
@@ -107,11 +109,14 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
                 if others[name] > 0:
                     ratios.append(v[row] / others[name])
                     best.append(name)
+                    if base == BEST and v.get(TARGET_ONLY, 0) > 0:
+                        over_target.append(v[row] / v[TARGET_ONLY])
             if ratios:
                 out.append({**dict(zip(CELL, cell, strict=True)), "config": row,
                             "baseline": base, "twin": (row, base) in twins,
                             "measure": measure, "ratios": ratios,
                             "best": best if base == BEST else [],
+                            "over_target": over_target,
                             "chosen": chosen.get((row, cell), []),
                             "drafted": drafted.get((row, cell), {})})
     return out
@@ -186,8 +191,11 @@ def paired_table(summary: dict) -> str:
     for c in cells:
         sampling = f"T={c['temperature']:g}" + (f" p={c['top_p']:g}" if c["top_p"] < 1 else "")
         best = ""
+        if c.get("over_target"):
+            t = c["over_target"]
+            best = f"  x target-only {np.median(t):.2f} [{min(t):.2f}-{max(t):.2f}]"
         if c.get("best"):
-            best = f"  best {max(set(c['best']), key=c['best'].count)}"
+            best += f"  best {max(set(c['best']), key=c['best'].count)}"
             best += "  LOSES" if c["median"] < LOSES_BELOW else ""
         lines.append(f"  {c['workload']:<8} {sampling:<10} c={c['concurrency']}: "
                      f"{c['geomean']:.3f} [{c['low']:.3f}-{c['high']:.3f}]  {c['median']:.3f} "

@@ -161,7 +161,8 @@ def test_a_row_over_another_engines_row_pairs_by_cell_and_repetition_and_says_so
 def test_the_adaptive_row_over_the_best_other_row_marks_the_cells_it_loses():
     """Per cell and repetition, specpair_adaptive over the fastest other result row (its
     twin and vLLM's rows included, the draft-alone calibration not): which row was best is
-    kept, and a cell whose median ratio is below 0.95 is marked LOSES in the table."""
+    kept, and a cell whose median ratio is below 0.95 is marked LOSES in the table, beside
+    the row's own speed over target-only in the same repetitions."""
     ms = []
     for rep, (ng, ad) in enumerate([(120.0, 100.0), (90.0, 100.0), (130.0, 104.0)]):
         ms += [_m("target_only", rep, 50.0), _m("vllm_ngram", rep, ng),
@@ -178,11 +179,13 @@ def test_the_adaptive_row_over_the_best_other_row_marks_the_cells_it_loses():
     assert cells[0]["ratios"] == pytest.approx([100 / 120, 100 / 95, 104 / 130])
     assert cells[0]["best"] == ["vllm_ngram", TWIN, "vllm_ngram"]
     assert cells[1]["ratios"] == pytest.approx([80 / 60] * 3)
+    assert cells[0]["over_target"] == pytest.approx([2.0, 2.0, 2.08])
     doc = document(ms, {"draft_alone"}, {"title": "t"}, {"greedy": 0.0, "sampled": 0.0})
     text = table(doc)
     assert "specpair_adaptive over the best other row of the cell" in text
     lost = [ln for ln in text.splitlines() if ln.endswith("LOSES")]
     assert len(lost) == 1 and "c=1" in lost[0] and "best vllm_ngram" in lost[0], text
+    assert "x target-only 2.00 [2.00-2.08]  best vllm_ngram" in lost[0]
     assert any("c=4" in ln and ln.endswith("best vllm_ngram") for ln in text.splitlines())
 
 
