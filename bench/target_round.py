@@ -89,6 +89,9 @@ def _runner(context: int) -> tuple[SimpleNamespace, RemoteProposer]:
         scheduler_config=SimpleNamespace(max_num_seqs=B),
     )
     proposer = RemoteProposer(cfg)
+    # the n-gram lookup compiles in a thread of its own from construction on (while a real
+    # engine loads its model); this waits for it, so that the rounds timed are steady ones
+    proposer.drafting.ngram.warm_up()
     # every round at K, as prepared
     proposer.drafting.policy = DepthPolicy(K, PolicySetting("fixed"))
     proposer.drafting.source = _PreparedWire(_items(B)["SPARSE top-64"])
