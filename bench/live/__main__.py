@@ -30,7 +30,7 @@ from bench.live.plan import (
     quick_plan,
     versus_plan,
 )
-from bench.live.workloads import WORKLOADS, prompts
+from bench.live.workloads import OPTIONAL, WORKLOADS, prompts
 from specpair.cli import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, metavar="N",
                    help="repetitions per cell (1..200; default: the plan's)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W[,W...]",
-                   help=f"the workloads to run, of {', '.join(WORKLOADS)} (default: all)")
+                   help=f"the workloads to run, of {', '.join(WORKLOADS + OPTIONAL)} (default: "
+                        f"{', '.join(WORKLOADS)}; foreign: code of installed third-party "
+                        "packages, text the pair never saw)")
     p.add_argument("--concurrency", default=None, metavar="C[,C...]",
                    help="the concurrencies to run, of the plan's (default: all of them)")
     p.add_argument("--pair", type=Path, default=None,
@@ -79,9 +81,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     if a.reps is not None and not 1 <= a.reps <= 200:
         p.error(f"--reps wants 1..200, got {a.reps}")
     a.workloads = tuple(w.strip() for w in a.workloads.split(",") if w.strip())
-    unknown = [w for w in a.workloads if w not in WORKLOADS]
+    unknown = [w for w in a.workloads if w not in WORKLOADS + OPTIONAL]
     if not a.workloads or unknown:
-        p.error(f"--workloads wants some of {', '.join(WORKLOADS)}, got {unknown or 'none'}")
+        p.error(f"--workloads wants some of {', '.join(WORKLOADS + OPTIONAL)}, "
+                f"got {unknown or 'none'}")
     if a.concurrency is not None:
         try:
             a.concurrency = tuple(int(c) for c in a.concurrency.split(","))
@@ -169,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             "engine_env": base_env | extra_env,
             "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),
             "workloads": {"source": "held-out files of this interpreter's stdlib, the trained "
-                          "pair's corpus (bench/live/workloads.py)",
+                          "pair's corpus; foreign: installed third-party packages' sources "
+                          "(bench/live/workloads.py)",
                           **{w: list(prompts(w)) for w in plan.workloads}}}
     work.mkdir(parents=True, exist_ok=True)
     (work / "run.json").write_text(json.dumps(meta) + "\n")

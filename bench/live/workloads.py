@@ -10,7 +10,12 @@ files (about 1 in 10, fixed by path) were never trained on. From them, in corpus
 - ``copy``: a function's first lines (its ``def`` line and three to five code lines), a blank
   line, then its ``def`` line again: the text to write is mostly in the prompt already (the
   case of "rewrite this with one change" or an echoed record, where a lookup in the request's
-  own history drafts best).
+  own history drafts best);
+- ``foreign`` (only when asked for, ``--workloads foreign``): ``code`` prompts from text the
+  pair never saw in any form, the sources of third-party packages installed beside specpair
+  (FOREIGN_PACKAGES, pure Python, their versions pinned by the venv's lock): where the
+  adaptive policy once stopped drafting in 98 % of rounds (docs/performance.md, "Adaptive
+  policy").
 
 Four prompts per workload, taken at evenly spaced places in the list of candidates (so from
 different files), so that concurrency 4 sends four different prompts. Prompt i of
@@ -22,13 +27,18 @@ trained pair's manifest pins (``specpair models train-pair --check``); live.json
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
+from pathlib import Path
 
 from specpair.models import corpus
 
-__all__ = ["PER_WORKLOAD", "WORKLOADS", "draw", "prompts", "prompts_for"]
+__all__ = ["FOREIGN_PACKAGES", "OPTIONAL", "PER_WORKLOAD", "WORKLOADS", "draw", "prompts",
+           "prompts_for"]
 
-WORKLOADS = ("code", "prose", "copy")
+WORKLOADS = ("code", "prose", "copy")  # a plan's default
+OPTIONAL = ("foreign",)  # run only when named
+FOREIGN_PACKAGES = ("click", "jinja2", "requests", "rich", "starlette", "urllib3")
 PER_WORKLOAD = 4
 MAX_PROMPT_CHARS = 240  # a few tens of tokens: prompt + 128 tokens fit max-model-len 512
 MAX_COPY_CHARS = 400  # a copy prompt repeats its def line: about 130 tokens at most
@@ -72,7 +82,7 @@ def _candidates(text: str) -> dict[str, list[str]]:
 
 
 def draw(texts: list[str], per_workload: int = PER_WORKLOAD) -> dict[str, tuple[str, ...]]:
-    """``per_workload`` prompts of each workload from ``texts`` (held-out files, in order)."""
+    """``per_workload`` prompts of each of WORKLOADS from ``texts`` (files, in order)."""
     found: dict[str, list[str]] = {w: [] for w in WORKLOADS}
     for text in texts:
         for w, got in _candidates(text).items():
@@ -92,8 +102,22 @@ def _drawn() -> dict[str, tuple[str, ...]]:
     return draw(corpus.texts(corpus.scan(), "heldout"))
 
 
+@functools.cache
+def _foreign() -> tuple[str, ...]:
+    """``code`` prompts drawn as above from FOREIGN_PACKAGES' sources, files in path order."""
+    texts = []
+    for name in FOREIGN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"the foreign workload's package {name} is not installed")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        texts += [f.read_text(encoding="utf-8", errors="replace")
+                  for f in sorted(root.rglob("*.py"))]
+    return draw(texts)["code"]
+
+
 def prompts(workload: str) -> tuple[str, ...]:
-    return _drawn()[workload]
+    return _foreign() if workload == "foreign" else _drawn()[workload]
 
 
 def prompts_for(workload: str, rep: int, concurrency: int) -> list[str]:

@@ -449,6 +449,9 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
     assert live_main(["--workloads", "copy", "--concurrency", "1,16", "--plan"]) == 0
     assert "(workloads copy; T=0, T=1, T=1 top-p 0.9; concurrency 1, 16)" in \
         capsys.readouterr().err
+    assert live_main(["--paired", "--workloads", "foreign", "--concurrency", "1", "--plan"]) == 0
+    assert "(workloads foreign; T=0, T=1, T=1 top-p 0.9; concurrency 1)" in \
+        capsys.readouterr().err
 
 
 def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_path, capsys):

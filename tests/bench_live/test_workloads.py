@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from bench.live.workloads import PER_WORKLOAD, WORKLOADS, _candidates, draw, prompts, prompts_for
+from bench.live.workloads import (
+    OPTIONAL,
+    PER_WORKLOAD,
+    WORKLOADS,
+    _candidates,
+    draw,
+    prompts,
+    prompts_for,
+)
 
 from specpair.models import corpus
 
@@ -65,3 +73,14 @@ def test_the_prompts_are_four_distinct_openings_from_held_out_files():
         assert all(any(p.split("\n\n")[0].strip() in t for t in held_out) for p in got)
     assert len(set(prompts_for("code", 0, 4))) == 4  # concurrency 4: four different prompts
     assert prompts_for("code", 1, 1) != prompts_for("code", 0, 1)
+
+
+def test_the_foreign_workload_is_code_from_packages_the_pair_never_saw():
+    """``--workloads foreign``: function openings from installed third-party packages, none
+    of them anywhere in the pair's corpus (trained on or held out); not in a plan's default."""
+    got = prompts("foreign")
+    assert len(set(got)) == PER_WORKLOAD and all(p.lstrip().startswith("def ") for p in got)
+    assert "foreign" not in WORKLOADS and "foreign" in OPTIONAL
+    files = corpus.scan()
+    seen = corpus.texts(files, "train") + corpus.texts(files, "heldout")
+    assert not any(p in t for p in got for t in seen)
