@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.policy_estimates import expected_tokens
 
-__all__ = ["CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
+__all__ = ["C16", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
            "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate", "recovery",
            "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
 
@@ -79,6 +79,11 @@ TINY = Costs(3.0, 0.5, 0.05, 4.2, 0.3, 0.3, 0.1, 3.0, 2.0)
 # ms on the target's side at K = 3); the catch-up per token is assumed, not measured (about
 # a drafter prefill's cost of a token)
 LIVE = Costs(38.0, 0.5, 0.3, 4.2, 0.3, 0.7, 0.15, 60.0, 15.0, catch_up=0.05)
+# the committed pair at c = 16 (bench/results/2026-12-04-live.md, top-p 0.9): a step without
+# drafts of 33 ms (target-only read 33.5), the verify of 3 drafts a request 0.65 ms a draft
+# more (the rest of a K = 3 step about 64 ms), a round of about 22 ms at K = 3 (18-28 read);
+# the rest as LIVE
+C16 = Costs(25.0, 0.5, 0.65, 4.2, 0.3, 1.3, 0.15, 60.0, 15.0, catch_up=0.05)
 
 
 @dataclass(frozen=True)

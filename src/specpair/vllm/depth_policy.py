@@ -351,7 +351,7 @@ class DepthPolicy:
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
         favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
-        d = probe(r.probes, favoured, self.k_max, self.setting.probe_every)
+        d = probe(r.probes, favoured, self.k_max, self.setting.probe_every, zero=False)
         self.probe_rounds += d != favoured
         return d
 

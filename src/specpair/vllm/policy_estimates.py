@@ -7,19 +7,20 @@ there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specpair.vllm.policy_setting import PROBE_EVERY
 
-__all__ = ["DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT", "Counts",
-           "Estimates", "Fit", "Probes", "count", "expected_tokens", "first", "probe"]
+__all__ = ["DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT", "ZERO_EVERY",
+           "Counts", "Estimates", "Fit", "Probes", "count", "expected_tokens", "first", "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
 PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
 DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
 PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
 POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
-SLOPE_WEIGHT = 4.0  # pseudo-observations of that prior slope in the fit
+SLOPE_WEIGHT = 0.1  # depths' worth of that prior slope in the fit (a depth weighs at most 1)
+ZERO_EVERY = 8  # while drafting: one probe in this many drafts nothing (the rest at d = 0)
 
 
 def expected_tokens(accept: list[float], k: int) -> float:
@@ -56,17 +57,22 @@ class Probes:
     due: int = PROBE_EVERY  # the step at which the next probe starts
     left: int = 0  # steps left in the current burst
     depth: int = 0  # the burst's depth
+    made: int = 0  # probes made while drafting
 
 
-def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) -> int:
+def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
+          zero: bool = True) -> int:
     """The depth to draft at this step, given the depth the estimates favour: that one, or a
     probe's. A deterministic function of the schedule's own past (its step count and the
     favoured depths it was given), nothing else.
 
     While drafting (favoured > 0): one step every ``every`` drafts one depth off (one more,
-    or K - 1 from K). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the
-    bursts PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds
-    drafting still does not pay; a burst ends early once the estimates favour its depth.
+    or K - 1 from K), and with ``zero`` the second of every ZERO_EVERY of those steps drafts
+    nothing instead: the step without drafts is then timed, not extrapolated from K and
+    K - 1 (at c = 16 the verify of 1 + K tokens a request costs twice the step without
+    drafts). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the bursts
+    PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds drafting
+    still does not pay; a burst ends early once the estimates favour its depth.
     A burst, not a single step: a request's first round after steps without drafts carries
     the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
     so only the burst's later rounds time the round and the deeper positions. So at most
@@ -88,6 +94,9 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY) ->
         return k_max
     state.gap = every
     state.due = state.steps + every
+    state.made += 1
+    if zero and state.made % ZERO_EVERY == 2:
+        return 0
     return favoured + 1 if favoured < k_max else favoured - 1
 
 
@@ -110,32 +119,38 @@ class Estimates:
 
 @dataclass
 class Fit:
-    """Decayed sums of (x = depth, y = seconds) for t(k) = a + b*k, the slope b ridged
-    towards ``prior`` * a."""
+    """t(k) = a + b*k through each depth's decayed mean seconds, each depth weighing at most
+    one point (the depth drafted at nearly every step and one probed every 64th steps count
+    alike: the rare one is what places the line's other end), the slope b ridged towards
+    ``prior`` * a."""
 
     prior: float  # b / a before the data show a slope
     coef: tuple[float, float]  # (a, b); until timed, in relative units
-    w: float = 0.0
-    x: float = 0.0
-    y: float = 0.0
-    xx: float = 0.0
-    xy: float = 0.0
+    w: float = 0.0  # the decayed observations' weight, every depth's
     step: int | None = None  # the policy's adaptive step of the last observation
+    # per depth: [decayed weight, decayed sum of seconds]
+    sums: dict[int, list[float]] = field(default_factory=dict)
 
-    def add(self, x: float, y: float, step: int | None = None) -> None:
+    def add(self, x: int, y: float, step: int | None = None) -> None:
         """One observation; ``step``: the policy's adaptive steps so far, so that older
         observations fade by DECAY per adaptive step gone by, timed or not (without it: per
         observation)."""
         age = 1 if step is None or self.step is None else max(1, step - self.step)
         self.step = step
         d = DECAY ** age
-        self.w, self.x, self.y = d * self.w + 1, d * self.x + x, d * self.y + y
-        self.xx, self.xy = d * self.xx + x * x, d * self.xy + x * y
-        mean_x, mean_y = self.x / self.w, self.y / self.w
-        var = self.xx - self.w * mean_x * mean_x
-        cov = self.xy - self.w * mean_x * mean_y
-        # ridge towards the prior slope, so one timed depth still gives a slope; measured
-        # variation takes over as it accumulates
+        self.w = d * self.w + 1
+        for s in self.sums.values():
+            s[0], s[1] = d * s[0], d * s[1]
+        s = self.sums.setdefault(x, [0.0, 0.0])
+        s[0], s[1] = s[0] + 1, s[1] + y
+        points = [(k, min(1.0, w), sy / w) for k, (w, sy) in self.sums.items() if w > 0]
+        weight = sum(v for _, v, _ in points)
+        mean_x = sum(v * k for k, v, _ in points) / weight
+        mean_y = sum(v * m for _, v, m in points) / weight
+        var = sum(v * (k - mean_x) ** 2 for k, v, _ in points)
+        cov = sum(v * (k - mean_x) * (m - mean_y) for k, v, m in points)
+        # ridge towards the prior slope, so one timed depth still gives a slope; a second
+        # depth's mean takes over
         a0 = mean_y / (1 + self.prior * mean_x)
         b = max(0.0, (cov + SLOPE_WEIGHT * self.prior * a0) / (var + SLOPE_WEIGHT))
         self.coef = (max(mean_y - b * mean_x, 1e-9), b)
@@ -143,7 +158,6 @@ class Fit:
     def time(self, k: int) -> float:
         a, b = self.coef
         return a + b * k
-
 
 
 def count(counts: tuple[Counts, ...], handed: int, accepted: int,
