@@ -18,10 +18,8 @@ down: ## Stop the local pair.
 	scripts/local-pair.sh down
 
 .PHONY: test
-test: venv ## Run the whole test suite (quick-size gates included).
-	$(PY) -m pytest --durations=25
-	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory image-test; fi
-	if [ "$(IMAGES)" = 1 ]; then $(MAKE) --no-print-directory deploy-test; fi
+test: venv ## Run the whole test suite (quick-size gates included; IMAGES=0: the Python suite only).
+	IMAGES=$(IMAGES) MAKE="$(MAKE)" PY=$(PY) IMAGE_TEST_GB=$(IMAGE_TEST_GB) scripts/test.sh
 
 ##@ General
 
@@ -149,9 +147,13 @@ image-prune: ## Remove untagged specpair images (Docker, buildah store) no conta
 .PHONY: image-test
 image-test: venv ## The image part of `make test` (verify, gates, power check, restart).
 	scripts/disk-check.sh $(IMAGE_TEST_GB) "make image-test" build /var/lib/docker
+	$(MAKE) --no-print-directory image-verify
+	$(MAKE) --no-print-directory image-checks
+
+.PHONY: image-checks
+image-checks: venv ## The image part after the builds: hardware locks, gates, power check, restart.
 	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
 	WHEELHOUSE=$(WHEELHOUSE) $(PY) images/bin/image_lock.py --verify rtx3090-drafter gb10-target
-	$(MAKE) --no-print-directory image-verify
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
 	  $(MAKE) --no-print-directory gates-nofix

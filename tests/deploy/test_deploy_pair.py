@@ -277,7 +277,7 @@ def test_a_worker_that_exits_at_once_fails_the_move_before_the_head_starts(env):
 
 def test_a_worker_that_never_joins_fails_the_move_at_the_heads_health_wait(env):
     """Rank 1 of A frozen (docker pause) the moment it appears: up, never joined. vLLM's head
-    waits for its ranks without a limit, so the head's health wait (180 s in the local
+    waits for its ranks without a limit, so the head's health wait (120 s in the local
     inventory) ends the move; the rescue puts B back on all three hosts."""
     frozen = threading.Event()
 
