@@ -1,7 +1,7 @@
 """Where a drafter round's time goes, on the trained draft model (CPU, one torch thread).
 
 ``python -m bench.drafter_spans [ROUNDS]``: the same steady-state rounds as bench/drafter.py
-(temperature 1, DENSE q), at B in {1, 4} and K in {3, 5}, timed with ``time.perf_counter``
+(temperature 1, DENSE q), at B in {1, 4, 16} and K in {3, 5}, timed with ``time.perf_counter``
 spans around the parts of a round: ``begin`` (building the round's ids, positions and mask,
 stacking the caches, and the first forward), the draft steps' forwards, the model's own
 forward calls inside both, sampling (q from the logits, the inverse-CDF draw), the DRAFT
@@ -78,7 +78,7 @@ def _table(m: model.HFDraftModel, rounds: int, acc: dict[str, float]) -> None:
           "1 thread; shares of the summed round time)\n")
     print("| B | K | round ms p50 | p99 | " + " | ".join(COLUMNS) + " | other |")
     print("|---|---|---|---|" + "---|" * (len(COLUMNS) + 1))
-    for b in (1, 4):
+    for b in (1, 4, 16):
         for k in (3, 5):
             tg = _Target(engine.DrafterEngine(m, tokenizer_fingerprint=bytes(32),
                                               wire_version=1), b, seed=b, k=k)

@@ -11,7 +11,7 @@ from bench.live.paired import BEST, paired_cells, paired_summaries, paired_table
 from bench.live.plan import ACCEPTANCE, TWIN, configs
 from bench.live.rows import assemble, check_rows
 
-__all__ = ["document", "plot", "table"]
+__all__ = ["document", "plot", "round_split", "table"]
 
 
 def _key(r: dict) -> tuple:
@@ -99,9 +99,36 @@ def table(doc: dict) -> str:
                      f"{r['concurrency']:>2} {_rng(r['tokens_per_s'], '.0f'):<24} "
                      f"{_rng(r['ratio_vs_target_only'], '.2f'):<19} {acc:>7} {pred:>11} "
                      f"{gap:>6} {p99:>7}")
+    lines += ["", *round_split(doc["rows"])]
     for summary in doc.get("paired", []):
         lines += ["", paired_table(summary)]
     return "\n".join(lines)
+
+
+def round_split(rows: list[dict]) -> list[str]:
+    """Where specpair's PROPOSE round goes, per config and concurrency over its cells: the
+    round as the target times it (``specpair_round_seconds``), the drafter's own handling of
+    it (``specpair_drafter_round_seconds``: the draft forward, sampling, q), and the rest
+    (the wire both ways, the processes' reads and wake-ups, the drafter server's hops), mean
+    ms a round."""
+    sums: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        c = r["counters"]
+        if c.get("round_s_count") and c.get("drafter_s_count"):
+            s = sums.setdefault((r["config"], r["concurrency"]), [0.0] * 4)
+            for i, k in enumerate(("round_s_sum", "round_s_count", "drafter_s_sum",
+                                   "drafter_s_count")):
+                s[i] += c[k]
+    if not sums:
+        return []
+    head = (f"{'round, mean ms':<19} {'c':>2} {'rounds':>7} {'round':>6} {'drafter':>7} "
+            f"{'rest':>6}")
+    lines = [head, "-" * len(head)]
+    for (config, conc), (rs, rn, ds, dn) in sorted(sums.items(), key=lambda kv: kv[0][::-1]):
+        rnd, drafter = 1e3 * rs / rn, 1e3 * ds / dn
+        lines.append(f"{config:<19} {conc:>2} {rn:>7.0f} {rnd:>6.2f} {drafter:>7.2f} "
+                     f"{rnd - drafter:>6.2f}")
+    return lines
 
 
 def plot(doc: dict, path: Path) -> None:

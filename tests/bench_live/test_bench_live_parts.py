@@ -33,7 +33,7 @@ from bench.live.plan import (
     quick_plan,
     versus_plan,
 )
-from bench.live.report import document, table
+from bench.live.report import document, round_split, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
 from specpair.vllm.metrics import ROUND_BUCKETS
@@ -94,6 +94,23 @@ def test_a_twin_is_its_own_row_and_its_engine_mate_is_paired_with_it_per_repetit
     # geometric mean of 0.9 and 1.2, then the median [min-max] of the two ratios
     assert f"code     T=1        c=1: {(0.9 * 1.2) ** 0.5:.3f} [" in text
     assert "]  1.050 [0.900-1.200]  n=2" in text
+
+
+def test_the_round_split_sums_a_configs_cells_per_concurrency():
+    """Mean ms a round over every cell of (config, c): the round as the target timed it, the
+    drafter's own share, the rest; rows without both histograms (target-only, vLLM's own
+    speculators) are left out."""
+    rounds = {"round_s_sum": 0.6, "round_s_count": 60.0, "drafter_s_sum": 0.3,
+              "drafter_s_count": 60.0}
+    ms = [_m("target_only", 0, 50.0), _m("s", 0, 90.0, counters=rounds),
+          {**_m("s", 0, 80.0, counters={**rounds, "round_s_sum": 1.8}), "workload": "prose"},
+          _m("vllm_ngram", 0, 70.0, counters={"drafts": 1.0, "draft_tokens": 3.0,
+                                               "accepted": 1.0})]
+    lines = round_split(assemble(ms))
+    assert len(lines) == 3, lines  # the head, its rule, one row
+    # (0.6 + 1.8) / 120 = 20 ms a round; the drafter 0.6 / 120 = 5 ms; the rest 15
+    assert lines[2].split() == ["s", "1", "120", "20.00", "5.00", "15.00"]
+    assert round_split(assemble(ms[:1])) == []
 
 
 def test_paired_ratios_get_geometric_means_and_bootstrap_intervals_per_cell_and_overall():
