@@ -151,13 +151,21 @@ image-test: venv ## The image part of `make test` (verify, gates, power check, r
 	$(MAKE) --no-print-directory image-checks
 
 .PHONY: image-checks
-image-checks: venv ## The image part after the builds: hardware locks, gates, power check, restart.
+image-checks: venv ## The image part after the builds: hardware locks, gates, restart; beside them the power check's build.
+	$(MAKE) --no-print-directory -j2 --output-sync=target image-checks-pair image-checks-nofix
+
+# image-checks' two sides: the image build (disk work) runs beside the gates and the pair
+# tests (CPU work); each side's output is printed whole when it ends.
+.PHONY: image-checks-pair image-checks-nofix
+image-checks-pair: venv
 	@echo ">> hardware locks resolve for their platforms (the cpu ones are proven by the builds)"
 	WHEELHOUSE=$(WHEELHOUSE) $(PY) images/bin/image_lock.py --verify rtx3090-drafter gb10-target
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) $(MAKE) --no-print-directory gates
-	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' \
-	  $(MAKE) --no-print-directory gates-nofix
 	$(MAKE) --no-print-directory pair-test
+image-checks-nofix: venv
+	$(MAKE) --no-print-directory nofix-image
+	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' NOFIX_BUILD=0 \
+	  $(MAKE) --no-print-directory gates-nofix
 
 .PHONY: pair-test
 pair-test: venv image-tools ## The `make up` pair in containers: a killed drafter comes back (TP=1); a killed rank heals the pair (TP=2).
@@ -173,9 +181,13 @@ gates: image-tools ## Run pytest -m gate (full size) inside each PROFILE image; 
 
 .PHONY: gates-nofix
 gates-nofix: venv image-tools ## Power check: the target built without the CPU fix must fail its gate.
-	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) images/bin/image-build.sh target cpu \
-	  $(call TAG,target,cpu,nofix)
+	if [ "$(NOFIX_BUILD)" != 0 ]; then $(MAKE) --no-print-directory nofix-image; fi
 	images/bin/image-gates.sh --expect-fail '$(NOFIX_EXPECT)' --must-fail '$(NOFIX_MUST)' \
+	  $(call TAG,target,cpu,nofix)
+
+.PHONY: nofix-image
+nofix-image: venv image-tools ## Build the target without the CPU fix (gates-nofix's image; NOFIX_BUILD=0 there skips it).
+	$(IMAGE_ENV) OVERLAY_EXCLUDE=$(NOFIX_EXCLUDE) images/bin/image-build.sh target cpu \
 	  $(call TAG,target,cpu,nofix)
 
 .PHONY: gates-local
