@@ -101,7 +101,7 @@ def make_standin(tmp_path_factory):  # a module-scoped fixture's body (yields)
                 "specpair_service_command": ["/start", str(port)],
                 "specpair_service_healthcheck": ["wget", "-q", "-O", "/dev/null",
                                                  f"http://127.0.0.1:{port}/health"],
-                "specpair_service_health_timeout_s": 40,
+                "specpair_service_health_timeout_s": 20,
                 "specpair_service_api_url": "",
                 "specpair_service_env": {}}))
     releases = {}

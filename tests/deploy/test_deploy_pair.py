@@ -267,7 +267,7 @@ def test_a_worker_that_exits_at_once_fails_the_move_before_the_head_starts(env):
     assert rc == 1
     failures = " ".join(out["summary"]["failures"])
     assert "Check that the service is healthy (or up, as asked)" in failures, failures
-    assert ("specpair-local-target-worker on local-sparkworker did not stay up 12 s without a "
+    assert ("specpair-local-target-worker on local-sparkworker did not stay up 6 s without a "
             "restart") in failures, failures
     assert "ModuleNotFoundError: No module named 'vllm'" in failures, failures  # its log
     assert "restarts during the start 0" not in failures, failures
