@@ -120,13 +120,12 @@ class Estimates:
 @dataclass
 class Fit:
     """t(k) = a + b*k through each depth's decayed mean seconds, each depth weighing at most
-    one point (the depth drafted at nearly every step and one probed every 64th steps count
+    one point (the depth drafted at nearly every step and one probed every 128th step count
     alike: the rare one is what places the line's other end), the slope b ridged towards
     ``prior`` * a."""
 
     prior: float  # b / a before the data show a slope
     coef: tuple[float, float]  # (a, b); until timed, in relative units
-    w: float = 0.0  # the decayed observations' weight, every depth's
     step: int | None = None  # the policy's adaptive step of the last observation
     # per depth: [decayed weight, decayed sum of seconds]
     sums: dict[int, list[float]] = field(default_factory=dict)
@@ -138,7 +137,6 @@ class Fit:
         age = 1 if step is None or self.step is None else max(1, step - self.step)
         self.step = step
         d = DECAY ** age
-        self.w = d * self.w + 1
         for s in self.sums.values():
             s[0], s[1] = d * s[0], d * s[1]
         s = self.sums.setdefault(x, [0.0, 0.0])
@@ -154,6 +152,11 @@ class Fit:
         a0 = mean_y / (1 + self.prior * mean_x)
         b = max(0.0, (cov + SLOPE_WEIGHT * self.prior * a0) / (var + SLOPE_WEIGHT))
         self.coef = (max(mean_y - b * mean_x, 1e-9), b)
+
+    @property
+    def w(self) -> float:
+        """The decayed observations' weight, every depth's."""
+        return sum(w for w, _ in self.sums.values())
 
     def time(self, k: int) -> float:
         a, b = self.coef
