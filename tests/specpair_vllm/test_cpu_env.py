@@ -26,11 +26,28 @@ def test_the_image_and_the_local_pair_set_what_cpu_target_env_says():
     expected = {
         "LD_PRELOAD": image_lib,
         "KMP_BLOCKTIME": "0",
+        "TORCH_COMPILE_DISABLE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
     if want is not None:  # inside the image: the function itself
         assert want == expected
     assert {k: env[k] for k in expected} == expected
+
+
+def test_every_cpu_tp2_rank_runs_without_inductor():
+    """TORCH_COMPILE_DISABLE=1 (cpu_env.py says why) on both ranks of `make up TP=2` and of the
+    local inventory's deploys; the image leaves it out (its stage is the gb10 target's too)."""
+    tp2 = yaml.safe_load((ROOT / "compose/local-cpu-tp2.yml").read_text())["services"]
+    head = yaml.safe_load((ROOT / "compose/local-cpu.yml").read_text())["services"]["target"]
+    ranks = {"compose head": {**head["environment"], **tp2["target"]["environment"]},
+             "compose worker": tp2["target-worker"]["environment"]}
+    for group in ("sparkhead", "sparkworker"):
+        ranks[f"local {group}"] = yaml.safe_load(
+            (ROOT / f"inventories/local/group_vars/{group}.yml").read_text())[
+            "specpair_service_env"]
+    assert {name: env.get("TORCH_COMPILE_DISABLE") for name, env in ranks.items()} == \
+        dict.fromkeys(ranks, "1")
+    assert "TORCH_COMPILE_DISABLE" not in (ROOT / "images/Containerfile").read_text()
 
 
 def test_cpu_target_env_points_at_this_venvs_intel_openmp_or_says_what_is_missing(tmp_path):
