@@ -9,7 +9,7 @@ on local-sparkworker) beside the drafter, in one module-scoped sequence:
   naming RanksDiverged, or its in-image gates fail) -> rolled back to B on every role, record
   unchanged, the refusal named; deploy D (the drafter image named as D's target: rank 1 exits at
   once) -> the worker named, the head never started, B everywhere; deploy A with rank 1 frozen as
-  it starts (it never joins) -> the head's health wait fails, B everywhere; deploy A killed
+  it starts (it never joins) -> its wait to have joined fails, B everywhere; deploy A killed
   between rank 1's start and the head's -> the next deploy finishes it back and moves to A;
   rollback -> B; an experiment window takes the pair down -> restore-pair -> pair_restored with
   B's digests.
@@ -275,10 +275,11 @@ def test_a_worker_that_exits_at_once_fails_the_move_before_the_head_starts(env):
     _assert_pair_on(env, "b")
 
 
-def test_a_worker_that_never_joins_fails_the_move_at_the_heads_health_wait(env):
+def test_a_worker_that_never_joins_fails_the_move_at_its_join_wait(env):
     """Rank 1 of A frozen (docker pause) the moment it appears: up, never joined. vLLM's head
-    waits for its ranks without a limit, so the head's health wait (120 s in the local
-    inventory) ends the move; the rescue puts B back on all three hosts."""
+    waits for its ranks without a limit, so the worker's own wait to have joined (75 s in the
+    local inventory, before the head's health wait) ends the move, naming the worker; the
+    rescue puts B back on all three hosts."""
     frozen = threading.Event()
 
     def freeze() -> None:
@@ -299,7 +300,9 @@ def test_a_worker_that_never_joins_fails_the_move_at_the_heads_health_wait(env):
     assert rc == 1
     failures = " ".join(out["summary"]["failures"])
     assert "Check that the service is healthy (or up, as asked)" in failures, failures
-    assert "specpair-local-target on local-sparkhead did not become healthy" in failures, failures
+    assert ("specpair-local-target-worker on local-sparkworker did not become healthy"
+            in failures), failures
+    assert "specpair-local-target on local-sparkhead" not in failures, failures
     _assert_pair_on(env, "b")
 
 
