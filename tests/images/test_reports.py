@@ -97,6 +97,14 @@ def test_specpairs_accepted_are_summed_over_modes_per_position(pair_report):
     assert pair_report.specpair_accepted(text) == {1: 15.0, 2: 10.0}
 
 
+def test_late_items_are_read_from_the_targets_page(pair_report):
+    page = ('specpair_items_total{outcome="ok",reason="none"} 390.0\n'
+            'specpair_items_total{outcome="missing",reason="late"} 7.0\n'
+            'specpair_items_total{outcome="missing",reason="disconnected"} 2.0\n')
+    assert pair_report.late_items(page) == 7.0
+    assert pair_report.late_items("vllm:num_requests_running 0.0\n") == 0.0
+
+
 def test_must_fail_names_the_gate_that_has_to_catch_the_bug(gates_report, tmp_path):
     cases = gates_report.read_cases(_xml(tmp_path, ("test_attestation_gate", "failed"),
                                          ("test_vllm_sampling_gate", "passed")))
