@@ -94,7 +94,7 @@ def late_items(page: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def late_rounds(port: int) -> float:
+def late_items_on(port: int) -> float:
     return late_items(_get(f"http://127.0.0.1:{port}/metrics"))
 
 
@@ -103,7 +103,7 @@ def repeat_seeded(port: int, max_tokens: int, n: int) -> int:
     deadline is no drafts for its requests, which changes a seeded request's path: the late
     items meanwhile are printed beside the count (none is expected: the pair's deadline,
     compose/local-cpu.yml, is 2 s)."""
-    late0 = late_rounds(port)
+    late0 = late_items_on(port)
     texts: list[str | None] = [None] * n
 
     def one(i: int) -> None:
@@ -115,7 +115,7 @@ def repeat_seeded(port: int, max_tokens: int, n: int) -> int:
     for t in threads:
         t.join()
     distinct = len(set(texts))
-    late = late_rounds(port) - late0
+    late = late_items_on(port) - late0
     print(f">> {n} identical requests at once (temperature 1, seed 7): {distinct} distinct "
           f"completion(s); draft items late meanwhile: {late:.0f}")
     if None in texts or distinct != 1:
