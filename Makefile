@@ -151,13 +151,12 @@ image-test: venv ## The image part of `make test` (verify, gates, power check, r
 	$(MAKE) --no-print-directory image-checks
 
 .PHONY: image-checks
-image-checks: venv ## The image part after the builds: hardware locks, gates, restart, the stand-in deploy; beside them the power check's build (NOFIX_BUILD=0: built already).
+image-checks: venv ## The image part after the builds: hardware locks, gates, restart; beside them the power check's build.
 	$(MAKE) --no-print-directory -j2 --output-sync=target image-checks-pair image-checks-nofix
 
-# image-checks' two sides: the target's gates and the pair tests (CPU work) beside the power
-# check's build (disk work; `make test` builds it earlier, in the drafter's builds' place, and
-# passes NOFIX_BUILD=0), its gate, the drafter's gates and the stand-in deploy tests (Docker and
-# Ansible, no specpair image: off the Python suite, which bounded the builds' phase). Each
+# image-checks' two sides, about as long as each other: the target's gates and the pair tests
+# (CPU work) beside the power check's build (disk work), its gate and the drafter's gates (the
+# last clean-clone run had the drafter's gates on the first side: 460 s against 245); each
 # side's output is printed whole when it ends.
 .PHONY: image-checks-pair image-checks-nofix
 image-checks-pair: venv
@@ -167,12 +166,11 @@ image-checks-pair: venv
 	  $(MAKE) --no-print-directory gates ROLES='$(filter target,$(ROLES))')
 	$(MAKE) --no-print-directory pair-test
 image-checks-nofix: venv
-	$(if $(filter 0,$(NOFIX_BUILD)),,$(MAKE) --no-print-directory nofix-image)
+	$(MAKE) --no-print-directory nofix-image
 	SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) GATES_SELECT='$(NOFIX_SELECT)' NOFIX_BUILD=0 \
 	  $(MAKE) --no-print-directory gates-nofix
 	$(if $(filter-out target,$(ROLES)),SPECPAIR_GATE_SIZE=$(TEST_GATE_SIZE) \
 	  $(MAKE) --no-print-directory gates ROLES='$(filter-out target,$(ROLES))')
-	$(MAKE) --no-print-directory deploy-standin
 
 .PHONY: pair-test
 pair-test: venv image-tools ## The `make up` pair in containers: a killed drafter comes back (TP=1); a killed rank heals the pair (TP=2).
@@ -206,10 +204,6 @@ gates-local: venv ## Run the gates at full size in the local venv (no image).
 .PHONY: deploy-test
 deploy-test: venv ## Real deploy/rollback/restore sequence on the local Docker engine (needs the cpu images).
 	SPECPAIR_DEPLOY_TESTS=1 SPECPAIR_DEPLOY_REQUIRE_IMAGES=1 $(PY) -m pytest tests/deploy/test_deploy_pair.py -v
-
-.PHONY: deploy-standin
-deploy-standin: venv image-tools ## The real playbooks on Docker with a busybox stand-in pair: a refused concurrent deploy, a failed rollback, a kill at a record write (no specpair image).
-	SPECPAIR_STANDIN_TESTS=1 $(PY) -m pytest tests/deploy/test_deploy_standin.py -v
 
 .PHONY: deploy-sweep
 deploy-sweep: venv ## Stand-in pair: the half-pair window measured, the whole deploy killed at every kill point, one converging deploy (or rollback, restore) after each (long; not in make test).

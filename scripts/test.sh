@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: the Python suite; with IMAGES=1 (the default) the cpu images' two builds each
-# (`make image-verify`) run beside it, and once the drafter's two builds ended (minutes before the
-# target's) the power check's image (`make nofix-image`) in their place; then the image checks
-# (`make image-checks`, the stand-in deploy tests among them) and the deploy sequence (`make
-# deploy-test`). The builds are mostly disk work (buildah's vfs store copies a rootfs a layer,
-# and removes it) and the suite mostly CPU work: side by side each takes 1.3-1.8x its time
-# alone, together less than one after the other (README.md, `make test`). With IMAGES=0 the
-# suite runs the stand-in deploy tests itself (they need Docker, no image). Each part's time is
-# printed at the end.
+# (`make image-verify`) run beside it, then the image checks (`make image-checks`) and the deploy
+# sequence (`make deploy-test`). The builds are mostly disk work (buildah's vfs store copies a
+# rootfs a layer, and removes it) and the suite mostly CPU work: side by side each takes 1.3-1.8x
+# its time alone, together less than one after the other (README.md, `make test`). Each part's
+# time is printed at the end.
 # Exit: the first failing part's status (every part still runs once the builds started: the
 # suite's failure does not leave the builds behind).
 # Environment: IMAGES (1), MAKE (make), PY (.venv/bin/python), IMAGE_TEST_GB (20).
@@ -27,23 +24,9 @@ if [ "${IMAGES:-1}" = 1 ]; then
   mkdir -p build
   log=build/image-verify.log
   echo ">> the cpu images, each built twice (make image-verify), beside the Python suite; log: $log"
-  # image-verify writes build/images/verify/ROLE.step ("done" once ROLE's two builds ended well);
-  # a step file an earlier run left must not start the no-fix build early
-  rm -f build/images/verify/drafter.step build/image-verify.seconds build/nofix-image.seconds
   ( s=$(date +%s); "$make" --no-print-directory image-verify > "$log" 2>&1; v=$?
     echo "$(( $(date +%s) - s ))" > build/image-verify.seconds; exit $v ) &
   verify=$!
-  nlog=build/nofix-image.log
-  ( while kill -0 "$verify" 2>/dev/null \
-          && [ "$(cat build/images/verify/drafter.step 2>/dev/null)" != done ]; do sleep 5; done
-    [ "$(cat build/images/verify/drafter.step 2>/dev/null)" = done ] \
-      || { echo "the drafter's builds did not end well (see $log): no no-fix build" > "$nlog"
-           exit 1; }
-    s=$(date +%s); "$make" --no-print-directory nofix-image > "$nlog" 2>&1; v=$?
-    echo "$(( $(date +%s) - s ))" > build/nofix-image.seconds; exit $v ) &
-  nofix=$!
-else
-  export SPECPAIR_STANDIN_TESTS=1
 fi
 
 s=$(date +%s)
@@ -55,15 +38,10 @@ if [ "${IMAGES:-1}" = 1 ]; then
   v=0; wait "$verify" || v=$?
   cat "$log"
   times+=("image builds (beside the suite) $(cat build/image-verify.seconds 2>/dev/null || echo '?') s")
-  n=0; wait "$nofix" || n=$?
-  echo ">> the no-fix image (make nofix-image, after the drafter's builds):"
-  cat "$nlog"
-  times+=("no-fix image (in the drafter's builds' place) $(cat build/nofix-image.seconds 2>/dev/null || echo '?') s")
-  [ "$v" != 0 ] || v=$n
   [ "$rc" != 0 ] || rc=$v
   if [ "$v" = 0 ]; then
     s=$(date +%s)
-    "$make" --no-print-directory image-checks NOFIX_BUILD=0 || { v=$?; [ "$rc" != 0 ] || rc=$v; }
+    "$make" --no-print-directory image-checks || { v=$?; [ "$rc" != 0 ] || rc=$v; }
     took "image checks" "$s"
   fi
   if [ "$v" = 0 ]; then

@@ -15,14 +15,11 @@ the stand-in has none).
   disagree) -> ONE deploy rolls forward and converges (test_deploy_recovery.py sweeps every
   kill point under SPECPAIR_DEPLOY_KILL_SWEEP=1).
 
-The stand-in and its needs: tests/deploy/standin.py. Run by `make deploy-standin`
-(SPECPAIR_STANDIN_TESTS=1), which `make test` runs in its image part beside the image checks
-(`make test IMAGES=0` runs it in the suite): three Ansible runs of a minute each or more.
+The stand-in and its needs: tests/deploy/standin.py.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
@@ -32,9 +29,6 @@ from standin import NAMES, PORTS, cli, kill_then, label, make_standin, records
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
-    if os.environ.get("SPECPAIR_STANDIN_TESTS") != "1":
-        pytest.skip("the stand-in deploy runs in `make test`'s image part, beside the image "
-                    "checks (make deploy-standin; SPECPAIR_STANDIN_TESTS=1 runs it here)")
     yield from make_standin(tmp_path_factory)
 
 
