@@ -17,7 +17,8 @@ process. What sharing rank 0's drafting with every rank must give (specpair.vllm
 - one drafter connection and one round per engine step that drafts; specpair's accepted
   drafts equal vLLM's per position; only rank 0 drafts and exports; greedy completions equal
   target-only TP = 2 token for token; four identical seeded requests beside other traffic
-  give one completion, twice, where no round is late (a run of its own, no relay);
+  give one completion, twice, where no round is late (the production launch below: no
+  relay, a 2 s deadline);
 - power: rank 1's q perturbed after the guard and the appended-token check off (the ranks
   diverge unseen, as before sharing) FAILS the re-scoring check; rank 1's q perturbed before
   the guard is caught (``specpair_rank_mismatch_total`` > 0, every rank drops the drafts, the
@@ -155,7 +156,13 @@ def _completion(base: str, model: str, prompt: list[int], **params) -> dict:
 
 @pytest.fixture(scope="module")
 def nnodes(tiny_setup):
-    """The production launch: rank 0 (API) and rank 1 (headless) as two processes."""
+    """The production launch: rank 0 (API) and rank 1 (headless) as two processes, the
+    adaptive policy as shipped and a 2 s round deadline (inventories/local's). Beside its
+    greedy and mixed requests: four identical seeded requests beside four unseeded ones, at
+    once, twice. Not behind spec2's relay: a round past the deadline is a target-only step for
+    every request in it, and a seeded request's tokens from there on come from other
+    verifier draws (at TP = 2 a late round in one of the two batches gave two completions;
+    docs/performance.md, "Reproducible requests")."""
     s = tiny_setup
     drafter = Drafter(s.pair.draft, s.key, s.root / "drafter-nnodes.log",
                       args=["--metrics-port", "0"])
@@ -172,6 +179,7 @@ def nnodes(tiny_setup):
     head = ApiServer(s.full, s.pair.target, s.root / "head.log", port,
                      [*common, "--node-rank", "0"],
                      {**env, **_remote(s, drafter.address), "VLLM_CPU_OMP_THREADS_BIND": "0",
+                      "SPECPAIR_DRAFT_DEADLINE_MS": "2000",
                       "PROMETHEUS_MULTIPROC_DIR": str(prom)}, module="specpair.vllm.serve")
     out: dict = {}
     try:
@@ -186,11 +194,19 @@ def nnodes(tiny_setup):
             out["mixed"][i] = _completion(head.url, model, PROMPTS[i % len(PROMPTS)],
                                           max_tokens=MIXED_TOKENS, **laws[i % 2])
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _at_once(one, 8)
+        out["repeat"] = []
+        for _ in range(2):
+            batch: list = [None] * 8
+
+            def seeded(i: int, batch: list = batch) -> None:
+                same = {"seed": 7} if i < 4 else {}  # 4 identical, 4 others beside them
+                batch[i] = _completion(head.url, model, PROMPTS[0 if i < 4 else i % len(PROMPTS)],
+                                       max_tokens=MIXED_TOKENS, temperature=1.0,
+                                       **same)["tokens"]
+
+            _at_once(seeded, 8)
+            out["repeat"].append(batch[:4])
         out["metrics"] = head.metrics()
         out["drafter"] = _drafter_metrics(drafter.metrics())
         out["worker_alive"] = worker.proc.poll() is None
@@ -199,6 +215,15 @@ def nnodes(tiny_setup):
         worker.stop()
         drafter.stop()
     return out
+
+
+def _at_once(call, n: int) -> None:
+    """call(0) .. call(n - 1) at once, one thread each."""
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 @pytest.fixture(scope="module")
@@ -271,26 +296,11 @@ def test_greedy_equals_target_only_tp2(spec2, ref2):
     assert spec2["greedy"] == ref2["greedy"]
 
 
-@pytest.fixture(scope="module")
-def seeded2(tiny_setup):
-    """specpair at TP = 2 as shipped, no relay and a 2 s deadline: four identical seeded
-    requests beside four unseeded ones, twice. Not behind spec2's relay: a round past the
-    deadline is a target-only step for every request in it, and a seeded request's tokens
-    from there on come from other verifier draws (at TP = 2 a late round in one of the two
-    batches gave two completions; docs/performance.md, "Reproducible requests")."""
-    s = tiny_setup
-    drafter = Drafter(s.pair.draft, s.key, s.root / "drafter-seeded2.log")
-    try:
-        return probe(s.full, s.pair.target, s.root / "seeded2.log", tp=2, spec="remote",
-                     env=_remote(s, drafter.address, SPECPAIR_DRAFT_DEADLINE_MS="2000"),
-                     prompts=PROMPTS, mixed_tokens=MIXED_TOKENS, repeat=4)
-    finally:
-        drafter.stop()
-
-
-def test_identical_seeded_requests_give_one_completion(seeded2):
-    first, second = seeded2["repeat"]
-    assert seeded2["ranks"][0]["counters"]["missing"] == 0  # no round was late or lost
+def test_identical_seeded_requests_give_one_completion(nnodes):
+    first, second = nnodes["repeat"]
+    missing = sum(float(line.rsplit(" ", 1)[1]) for line in nnodes["metrics"].splitlines()
+                  if line.startswith("specpair_items_total{") and 'outcome="missing"' in line)
+    assert missing == 0  # no round was late or lost
     assert len({tuple(t) for t in first + second}) == 1
 
 
