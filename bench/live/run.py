@@ -15,7 +15,8 @@ from bench.live.workloads import prompts_for
 from bench.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
 from specpair.vllm.cpu_env import cpu_target_env
 
-__all__ = ["ENGINE_ENV", "ENGINE_MB", "RAW", "TINY_NAME", "TRAINED_NAME", "engine_env", "run"]
+__all__ = ["ENGINE_ENV", "ENGINE_MB", "RAW", "TINY_NAME", "TRAINED_NAME", "counters",
+           "engine_env", "finished", "run", "start_engine"]
 
 # The names the engines serve a pair under, saying which pair ran (in every request and in the
 # model_name label of vLLM's metrics): the committed trained pair, the random tiny pair; any
@@ -43,8 +44,10 @@ def progress(text: str) -> None:
     print(f"bench-live: {text}", file=sys.stderr, flush=True)
 
 
-def _engine(config: Config, pair: Path, model_name: str, work: Path, vllm_dir: Path, key: Path,
-            tag: str, extra_env: dict[str, str]) -> tuple[ApiServer, Drafter | None]:
+def start_engine(config: Config, pair: Path, model_name: str, work: Path, vllm_dir: Path,
+                 key: Path, tag: str, extra_env: dict[str, str]
+                 ) -> tuple[ApiServer, Drafter | None]:
+    """``config``'s engine (its drafter first, where it has one) on ``pair``, healthy."""
     drafter = None
     env = {**engine_env(), **config.env, **extra_env}
     prom = work / f"prometheus-{tag}"
@@ -73,17 +76,17 @@ def _engine(config: Config, pair: Path, model_name: str, work: Path, vllm_dir: P
     return server, drafter
 
 
-def _counters(server: ApiServer, drafter: Drafter | None) -> dict:
+def counters(server: ApiServer, drafter: Drafter | None) -> dict:
     texts = [server.metrics()] + ([drafter.metrics()] if drafter is not None else [])
     return spec_counters(*texts)
 
 
-def _finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) -> dict:
+def finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) -> dict:
     """The counters' change once vLLM has recorded the decode time of the ``n`` requests just
     streamed (it records a request's stats as it finishes, around its last chunk)."""
     t0 = time.monotonic()
     while True:
-        delta = counter_delta(before, _counters(server, drafter))
+        delta = counter_delta(before, counters(server, drafter))
         if delta.get("decode_s_count", 0) >= n:
             return delta
         if time.monotonic() - t0 > 30:
@@ -123,7 +126,7 @@ def run(plan: Plan, pair: Path, model_name: str, work: Path,
             progress(f"[{i}/{len(plan.run)}] {config.name}: starting the engine "
                      f"({time.monotonic() - t_run:.0f} s into the run)")
             t0 = time.monotonic()
-            up[config.name] = _engine(config, pair, model_name, work, vllm_dir, key,
+            up[config.name] = start_engine(config, pair, model_name, work, vllm_dir, key,
                                       config.name, extra_env)
             server = up[config.name][0]
             for c in plan.concurrencies:  # warm-up, not recorded
@@ -142,11 +145,11 @@ def run(plan: Plan, pair: Path, model_name: str, work: Path,
                         if last not in (None, config.name):
                             time.sleep(SETTLE_S)
                         last = config.name
-                        before = _counters(server, drafter)
+                        before = counters(server, drafter)
                         got = streams(server.port, model_name, prompts_for(workload, rep, c),
                                       plan.max_tokens, sampling.temperature, sampling.top_p,
                                       xargs)
-                        delta = _finished(server, drafter, before, c)
+                        delta = finished(server, drafter, before, c)
                         decoded = sum(s.tokens - 1 for s in got)
                         seen = [s.decode_tokens_per_s for s in got]
                         out.append({
