@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import signal
 import statistics
 import sys
@@ -102,23 +101,24 @@ def table(turns: list[dict]) -> str:
              f"t({K}) fit/meas ms  favoured 0  chosen 0..{K}"]
     for (law, c), by in sorted(cells.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
         reps = list(zip(by["adaptive"], by[PINS[0]], by[PINS[1]], strict=True))
-        def g(xs: list[float]) -> float:
-            return math.exp(sum(map(math.log, xs)) / len(xs))
-        off = g([a["tokens_per_s"] / z["tokens_per_s"] for a, z, _ in reps])
-        best = g([a["tokens_per_s"] / max(z["tokens_per_s"], f["tokens_per_s"])
-                  for a, z, f in reps])
-        def med(key: str, src: list[dict]) -> str:
-            vals = [t[key] for t in src if t.get(key) is not None]
-            return f"{statistics.median(vals):.1f}" if vals else "-"
+        off = statistics.geometric_mean(a["tokens_per_s"] / z["tokens_per_s"]
+                                        for a, z, _ in reps)
+        best = statistics.geometric_mean(
+            a["tokens_per_s"] / max(z["tokens_per_s"], f["tokens_per_s"]) for a, z, f in reps)
         meas0 = statistics.median(step_ms(z) for _, z, _ in reps)
         meask = statistics.median(step_ms(f) for _, _, f in reps)
-        mix = [statistics.mean(a["chosen"][d] for a, _, _ in reps) for d in range(K + 1)]
+        mix = [statistics.mean(a["chosen"][d] for a in by["adaptive"]) for d in range(K + 1)]
         lines.append(f"{law + f' c={c}':18s} {off:9.3f} {best:7.3f}  "
-                     f"{med('t0_ms', by['adaptive']):>6s} / {meas0:5.1f}     "
-                     f"{med('tk_ms', by['adaptive']):>6s} / {meask:5.1f}     "
-                     f"{med('favoured_0', by['adaptive']):>5s}     "
+                     f"{_median(by['adaptive'], 't0_ms'):>6s} / {meas0:5.1f}     "
+                     f"{_median(by['adaptive'], 'tk_ms'):>6s} / {meask:5.1f}     "
+                     f"{_median(by['adaptive'], 'favoured_0'):>5s}     "
                      + " ".join(f"{m:.0%}" for m in mix))
     return "\n".join(lines)
+
+
+def _median(turns: list[dict], key: str) -> str:
+    vals = [t[key] for t in turns if t.get(key) is not None]
+    return f"{statistics.median(vals):.1f}" if vals else "-"
 
 
 def _interrupt(signum: int, frame: object) -> None:
