@@ -42,7 +42,8 @@ NEEDS_TRAINED_PAIR = pytest.mark.skipif(
 def probe(vllm_dir: Path, model: Path, log: Path, *, env: dict[str, str] | None = None,
           path: tuple[Path, ...] = (), **opts: object) -> dict:
     """Run tests/vllm_checks/probe.py with ``vllm_dir`` first on PYTHONPATH (then ``path``);
-    its JSON report."""
+    its JSON report. ``log`` gets its stderr, then the rest of its stdout (vLLM's workers log
+    there, their tracebacks included)."""
     args = [sys.executable, PROBE, "--model", str(model)]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else json.dumps(v)]
@@ -52,6 +53,8 @@ def probe(vllm_dir: Path, model: Path, log: Path, *, env: dict[str, str] | None 
     with open(log, "w") as f:
         run = subprocess.run(args, stdout=subprocess.PIPE, stderr=f, text=True, env=full_env,
                              timeout=900)
+        f.write("".join(x + "\n" for x in run.stdout.splitlines()
+                        if not x.startswith(RESULT_MARK)))
     lines = [x for x in run.stdout.splitlines() if x.startswith(RESULT_MARK)]
     if run.returncode != 0 or not lines:
         raise RuntimeError(f"probe failed (rc {run.returncode}); see {log}")
