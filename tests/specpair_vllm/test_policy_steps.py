@@ -1,0 +1,75 @@
+"""The depth policy's step log (specpair.vllm.policy_steps, SPECPAIR_POLICY_STEPS): every step
+it could time, as it timed it, and a path it cannot use costs the engine nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from specpair.vllm.depth_policy import DepthPolicy, sampling_law
+from specpair.vllm.policy_steps import ENV, StepLog, summary
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(policy: DepthPolicy, clock: Clock, steps: list[tuple[dict, float, float | None]]
+         ) -> list[int]:
+    """Each step: the requests observed (id -> pin), the seconds to the next step and the
+    round's (None: none sent). Returns the depths asked for."""
+    asked = []
+    for reqs, gap, rnd in steps:
+        policy.begin(set(reqs))
+        for rid, pin in reqs.items():
+            policy.observe(rid, 1, pin=pin, law=sampling_law(1.0, top_p=0.9 if rid == "p" else 1.0))
+        asked.append(max(policy.depths().values()))
+        policy.round_time(rnd)
+        clock.now += gap
+    policy.begin(set())
+    return asked
+
+
+def test_every_step_is_logged_as_the_policy_saw_it(tmp_path, monkeypatch):
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(ENV, str(path))
+    clock = Clock()
+    policy = DepthPolicy.from_env(3)
+    policy.clock = clock
+    asked = _run(policy, clock, [({"a": None}, 0.030, 0.006),            # a joins
+                                 ({"a": None, "p": None}, 0.050, 0.008),  # p (top-p) joins
+                                 ({"a": None, "p": None}, 0.040, None),
+                                 ({"a": None, "p": None, "q": "fixed:1"}, 0.060, 0.009),
+                                 ({"a": None, "p": None, "q": "fixed:1"}, 0.045, 0.007)])
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [s["depth"] for s in lines] == asked
+    assert [s["prev"] for s in lines] == [None] + asked[:-1]
+    assert [round(s["gap_s"], 6) for s in lines] == [0.030, 0.050, 0.040, 0.060, 0.045]
+    assert [s["round_s"] for s in lines] == [0.006, 0.008, None, 0.009, 0.007]
+    assert [s["requests"] for s in lines] == [1, 2, 2, 3, 3]
+    assert [s["joined"] for s in lines] == [True, True, False, True, False]
+    assert [s["pinned"] for s in lines] == [False, False, False, True, True]
+    assert [s["truncated"] for s in lines] == [False, True, True, True, True]
+    assert not any(s["greedy"] for s in lines)
+    rows = summary(path.read_text().splitlines())  # the steps no request joined
+    assert [(r["pinned"], r["steps"]) for r in rows] == [(False, 1), (True, 1)]
+    assert [round(r["rest_ms"], 6) for r in rows] == [40.0, 38.0]
+    assert [round(r["round_ms"], 6) for r in rows] == [0.0, 7.0]
+
+
+def test_without_the_variable_nothing_is_logged(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert DepthPolicy.from_env(3).steps is None
+
+
+def test_a_path_it_cannot_open_is_named_once_and_the_policy_runs_on(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        log = StepLog(str(tmp_path / "missing" / "steps.jsonl"))
+    assert len(caplog.records) == 1 and ENV in caplog.records[0].getMessage()
+    clock = Clock()
+    policy = DepthPolicy(3, clock=clock, steps=log)
+    assert _run(policy, clock, [({"a": None}, 0.03, 0.006)] * 4)  # depths chosen as ever
