@@ -201,9 +201,9 @@ class DepthPolicy:
         """The last step, as ``begin`` is about to time it (``policy_steps``)."""
         laws = [self._reqs[rid].law for rid in self._step if rid in self._reqs]
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
-                         round_s=self._round, requests=len(self._step), joined=self._joined,
-                         pinned=self._untimed, greedy=all(law and law[0] for law in laws),
-                         truncated=any(law and law[1] for law in laws))
+                    round_s=self._round, requests=len(self._step), joined=self._joined,
+                    pinned=self._untimed, greedy=all(law and law[0] for law in laws),
+                    truncated=any(law and law[1] for law in laws))
         self._logged_depth = k
 
     @staticmethod
