@@ -36,15 +36,17 @@ from dataclasses import dataclass
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.policy_estimates import expected_tokens
 
-__all__ = ["C16", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
+__all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
            "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate", "recovery",
            "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
 
 
 @dataclass(frozen=True)
 class Costs:
-    """Milliseconds. forward(B, k) = base + per_req*B + per_token*B*k; round(B, k) = rbase +
-    r_req*B + r_depth*k*(1 + r_batch*(B - 1)); extras for a joining request."""
+    """Milliseconds. forward(B, k) = base + per_req*B + per_token*B*k (+ jump*B at k > 0);
+    round(B, k) = rbase + r_req*B + r_depth*k*(1 + r_batch*(B - 1)); extras for a joining
+    request; ``truncated``'s factors where the sampling law truncates (``law``: top-p,
+    top-k)."""
 
     base: float
     per_req: float
@@ -60,12 +62,22 @@ class Costs:
     # per token a round carries beyond the step's own: what a request committed while it
     # drafted nothing, caught up by its next round (0: not modelled)
     catch_up: float = 0.0
+    # per request, what the verify costs more as soon as there are drafts at all (live at
+    # c = 16, the rest of the step jumps at d > 0 and then grows slowly; 0: a line)
+    jump: float = 0.0
+    # where the law truncates, factors on: the forward without drafts, what drafts add to
+    # it, the round (live at c = 16 under top-p: 1.15, 2.1 and 2.2 against T = 1)
+    truncated: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
-    def forward(self, batch: int, k: int) -> float:
-        return self.base + self.per_req * batch + self.per_token * batch * k
+    def forward(self, batch: int, k: int, law: tuple[bool, bool] = (False, False)) -> float:
+        zero, drafted, _ = self.truncated if law[1] else (1.0, 1.0, 1.0)
+        return (zero * (self.base + self.per_req * batch)
+                + (drafted * batch * (self.per_token * k + self.jump) if k else 0.0))
 
-    def round(self, batch: int, k: int) -> float:
-        return self.rbase + self.r_req * batch + self.r_depth * k * (1 + self.r_batch * (batch - 1))
+    def round(self, batch: int, k: int, law: tuple[bool, bool] = (False, False)) -> float:
+        factor = self.truncated[2] if law[1] else 1.0
+        return factor * (self.rbase + self.r_req * batch
+                         + self.r_depth * k * (1 + self.r_batch * (batch - 1)))
 
 
 # the trained pair (its 20-layer target of 2026-12-01) on the 2-core box
@@ -84,6 +96,12 @@ LIVE = Costs(38.0, 0.5, 0.3, 4.2, 0.3, 0.7, 0.15, 60.0, 15.0, catch_up=0.05)
 # more (the rest of a K = 3 step about 64 ms), a round of about 22 ms at K = 3 (18-28 read);
 # the rest as LIVE
 C16 = Costs(25.0, 0.5, 0.65, 4.2, 0.3, 1.3, 0.15, 60.0, 15.0, catch_up=0.05)
+# the committed pair at c = 16 per law, from the policy's step log (``make bench-trace
+# STEPS=1``, bench/results/2026-12-05-trace.md; pinned rows, medians): the rest of the step
+# 29.0 ms without drafts and 40.7 at 3 at T = 1 (a jump at d > 0, then 1 ms a depth), 33.3 and
+# 58.0 under top-p; the round at 3 14.3 ms at T = 1, 30.9 under top-p
+C16_LAWS = Costs(21.0, 0.5, 0.06, 4.2, 0.3, 0.54, 0.15, 60.0, 15.0, catch_up=0.05, jump=0.55,
+                 truncated=(1.15, 2.1, 2.2))
 
 
 @dataclass(frozen=True)
@@ -173,7 +191,7 @@ def simulate(policy: DepthPolicy, costs: Costs, prompts: list[tuple[float, ...]]
     first_token, last_token = {}, {}
     f_load, r_load = load(clock.now) if load else (1.0, 1.0)
     clock.now += _noisy(rng, costs, f_load * (costs.prefill * len(reqs)
-                                              + costs.forward(len(reqs), 0))) / 1e3
+                                              + costs.forward(len(reqs), 0, law))) / 1e3
     for r in reqs:
         done[r], state[r] = 1, (1, 0)
         first_token[r] = clock.now
@@ -196,10 +214,10 @@ def simulate(policy: DepthPolicy, costs: Costs, prompts: list[tuple[float, ...]]
                     extra += (costs.first_round if not sent[r] else 0.0) + costs.catch_up * (
                         done[r] - max(sent[r], 1) - (state[r][0] if sent[r] else 0))
                     sent[r] = done[r]
-            base = r_load * (costs.round(len(live), depth) + extra)
+            base = r_load * (costs.round(len(live), depth, law) + extra)
             rnd = _noisy(rng, costs, base)
         policy.round_time(None if rnd is None else rnd / 1e3)
-        fwd = f_load * costs.forward(len(live), depth)
+        fwd = f_load * costs.forward(len(live), depth, law)
         if trace is not None:
             trace.append(Step(depth, len(live), sum(
                 expected_tokens(list(prompts[reqs.index(r)]), ks[r]) for r in live),

@@ -194,7 +194,7 @@ def test_a_request_pinned_by_its_own_setting_is_obeyed_and_teaches_nothing():
     assert mixed.chosen[1] >= 60  # "p" drafted its pinned depth every round
     assert a_mixed == a_alone
     assert mixed.acceptance("a") == pytest.approx(alone.acceptance("a"))
-    assert mixed._fits[2][0].coef == pytest.approx(alone._fits[2][0].coef)
+    assert mixed._fits[(2, False)][0].coef == pytest.approx(alone._fits[(2, False)][0].coef)
     # the control: without the pin, "p"'s rejected drafts pull the pooled acceptance down
     taught = DepthPolicy(K, clock=Clock())
     for _ in range(30):

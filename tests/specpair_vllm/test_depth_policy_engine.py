@@ -10,7 +10,7 @@ import random
 import statistics
 
 import pytest
-from policy_sim import C16, CELLS, TINY, TRAINED, SimClock, run_cells, simulate
+from policy_sim import C16, C16_LAWS, CELLS, TINY, TRAINED, SimClock, run_cells, simulate
 
 from specpair.vllm.depth_policy import DepthPolicy
 
@@ -133,3 +133,38 @@ def test_at_c16_where_drafting_loses_adaptive_times_the_step_without_drafts():
     assert max(controls) < 0.88, controls  # the control: drafting loses here
     assert min(ratios) >= 0.89 and statistics.median(ratios) >= 0.91, ratios
     assert min(r - c for r, c in zip(ratios, controls, strict=True)) >= 0.04, (ratios, controls)
+
+
+def test_at_c16_each_sampling_law_is_timed_on_its_own_steps():
+    """c = 16, T = 1 and top-p 0.9 cells taking turns in one engine, on the costs the step log
+    measured per law (``C16_LAWS``): at T = 1 drafting 3 pays, under top-p it loses (fixed:3
+    about 0.82 of no drafts: the verify and the round cost twice T = 1's). Six engines, each
+    cell 3 times adaptive, off and fixed:3. With step fits per batch size alone, T = 1's cheap
+    drafted steps were carried into the top-p cells and top-p's dear ones into the T = 1
+    cells: top-p read 0.81-0.91 of off (median 0.84, as fixed:3), T = 1 0.91-1.00 of fixed:3
+    (median 0.93). With fits per batch size and law: top-p 0.88-0.95 (median 0.91), T = 1
+    0.98-1.02."""
+    top_p, t1, controls = [], [], []
+    for seed in range(6):
+        clock = SimClock()
+        policy = DepthPolicy(3, clock=clock)
+        rng = random.Random(seed)
+        rates: dict = {}
+        for rep in range(3):
+            for w in (CELLS[2], CELLS[4], CELLS[3], CELLS[5]):
+                for pin in (None, "off", "fixed:3"):
+                    clock.now += 1.0
+                    rates.setdefault((w.law, pin), []).append(
+                        simulate(policy, C16_LAWS, [w.prompts[0]] * 16, 128, rng, pin, w.law,
+                                 tag=f"{pin}-{rep}-{w.name}-"))
+
+        def over(law: tuple[bool, bool], row: str | None, base: str) -> float:
+            return _gmean([a / b for a, b in zip(rates[(law, row)], rates[(law, base)],
+                                                 strict=True)])
+        top_p.append(over(CELLS[4].law, None, "off"))
+        t1.append(over(CELLS[2].law, None, "fixed:3"))
+        controls.append(over(CELLS[4].law, "fixed:3", "off"))
+    assert max(controls) < 0.86, controls  # the control: under top-p drafting loses
+    assert min(top_p) >= 0.87 and statistics.median(top_p) >= 0.9, top_p
+    assert min(r - c for r, c in zip(top_p, controls, strict=True)) >= 0.04, (top_p, controls)
+    assert min(t1) >= 0.96, t1

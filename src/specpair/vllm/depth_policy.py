@@ -132,9 +132,11 @@ class DepthPolicy:
         # adaptive step of that probe)
         self._mode_probes: dict[Hashable, tuple[bool, int, int]] = {}
         self.fit, self.round_fit = self._new_fits()
-        # both per batch size (its power-of-two bucket): the step's; fit, round_fit are the
-        # current bucket's
-        self._fits: dict[int, tuple[Fit, Fit]] = {1: (self.fit, self.round_fit)}
+        # both per batch size (its power-of-two bucket) and whether any request of the step
+        # truncates (top-p, top-k: its verify costs more); fit, round_fit are the step's
+        self._fits: dict[tuple[int, bool], tuple[Fit, Fit]] = {(1, False): (self.fit,
+                                                                            self.round_fit)}
+        self._bucket = 1
         self._step: list[str] = []  # the requests observed at this step, in order
         self._probes = Probes()  # the engine's probe schedule, over its adaptive steps
         # request-rounds drafted at a depth their estimates did not favour (cumulative; the
@@ -192,10 +194,7 @@ class DepthPolicy:
         self._step = []
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
-        bucket = 1 << max(0, len(live) - 1).bit_length()  # 1, 2, 4, 8, ... requests
-        if bucket not in self._fits:
-            self._fits[bucket] = self._new_fits()
-        self.fit, self.round_fit = self._fits[bucket]
+        self._bucket = 1 << max(0, len(live) - 1).bit_length()  # 1, 2, 4, 8, ... requests
 
     def _log_step(self, steps: StepLog, gap: float, k: int) -> None:
         """The last step, as ``begin`` is about to time it (``policy_steps``)."""
@@ -238,6 +237,11 @@ class DepthPolicy:
         """This step's depth for every request observed since ``begin``; ``greedy_items``:
         whether the drafter drafts greedily for the requests that ask (``greedy``)."""
         out, adaptive = {}, []
+        key = (self._bucket, any(self._reqs[rid].law and self._reqs[rid].law[1]
+                                 for rid in self._step))
+        if key not in self._fits:
+            self._fits[key] = self._new_fits()
+        self.fit, self.round_fit = self._fits[key]
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
