@@ -181,8 +181,9 @@ def speculative_step(runner: Any, scheduler_output: Any) -> bool:
 
     vLLM 0.32.0 does so at every step once speculative decoding is configured, drafts or
     not, and then samples through the rejection sampler, whose zero-draft work (the bonus
-    sampler, the recovered-token and rejection kernels on empty rows) cost about 7 % of a
-    step at c = 16 on the 2-core box (docs/performance.md, "The step without drafts"). A
+    sampler, the recovered-token and rejection kernels on empty rows) took 7.4 % of the
+    worker's time at c = 16 on the 2-core box (docs/facts.md section 2;
+    bench/results/2026-12-05-floor.md). A
     step in which no request carries drafts samples each request's one token from the
     target's own law either way, drawing once from the request's generator either way, so
     it is prepared as a target-only step: no spec-decode metadata, V1's own sampler. Models
