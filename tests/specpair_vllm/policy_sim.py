@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.policy_estimates import expected_tokens
 
-__all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED", "UNSEEN",
-           "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate", "recovery",
-           "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
+__all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED",
+           "UNSEEN", "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate",
+           "recovery", "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
 
 
 @dataclass(frozen=True)

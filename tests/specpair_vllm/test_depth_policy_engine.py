@@ -157,14 +157,15 @@ def test_at_c16_each_sampling_law_is_timed_on_its_own_steps():
                     rates.setdefault((w.law, pin), []).append(
                         simulate(policy, C16_LAWS, [w.prompts[0]] * 16, 128, rng, pin, w.law,
                                  tag=f"{pin}-{rep}-{w.name}-"))
-
-        def over(law: tuple[bool, bool], row: str | None, base: str) -> float:
-            return _gmean([a / b for a, b in zip(rates[(law, row)], rates[(law, base)],
-                                                 strict=True)])
-        top_p.append(over(CELLS[4].law, None, "off"))
-        t1.append(over(CELLS[2].law, None, "fixed:3"))
-        controls.append(over(CELLS[4].law, "fixed:3", "off"))
+        top_p.append(_over(rates, CELLS[4].law, None, "off"))
+        t1.append(_over(rates, CELLS[2].law, None, "fixed:3"))
+        controls.append(_over(rates, CELLS[4].law, "fixed:3", "off"))
     assert max(controls) < 0.86, controls  # the control: under top-p drafting loses
     assert min(top_p) >= 0.87 and statistics.median(top_p) >= 0.9, top_p
     assert min(r - c for r, c in zip(top_p, controls, strict=True)) >= 0.04, (top_p, controls)
     assert min(t1) >= 0.96, t1
+
+
+def _over(rates: dict, law: tuple[bool, bool], row: str | None, base: str) -> float:
+    """The geometric mean over repetitions of ``row``'s rate over ``base``'s under ``law``."""
+    return _gmean([a / b for a, b in zip(rates[(law, row)], rates[(law, base)], strict=True)])
