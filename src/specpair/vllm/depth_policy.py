@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from specpair.vllm import settings
@@ -90,6 +90,11 @@ def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tupl
     (greedy, truncated). ``observe``'s ``law``: requests share engine-wide counts only
     within one."""
     return temperature < 1e-5, top_k > 0 or top_p < 1.0
+
+
+def _truncates(laws: Iterable[Hashable]) -> bool:
+    """Whether any of these ``sampling_law`` values truncates (top-p, top-k); () is none."""
+    return any(law and law[1] for law in laws)
 
 
 NGRAM = "ngram"  # the n-gram drafts' key beside the drafter's modes (False: sampled, True: greedy)
@@ -202,7 +207,7 @@ class DepthPolicy:
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
                     round_s=self._round, requests=len(self._step), joined=self._joined,
                     pinned=self._untimed, greedy=all(law and law[0] for law in laws),
-                    truncated=any(law and law[1] for law in laws))
+                    truncated=_truncates(laws))
         self._logged_depth = k
 
     @staticmethod
@@ -237,8 +242,7 @@ class DepthPolicy:
         """This step's depth for every request observed since ``begin``; ``greedy_items``:
         whether the drafter drafts greedily for the requests that ask (``greedy``)."""
         out, adaptive = {}, []
-        key = (self._bucket, any(self._reqs[rid].law and self._reqs[rid].law[1]
-                                 for rid in self._step))
+        key = (self._bucket, _truncates(self._reqs[rid].law for rid in self._step))
         if key not in self._fits:
             self._fits[key] = self._new_fits()
         self.fit, self.round_fit = self._fits[key]

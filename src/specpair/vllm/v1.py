@@ -183,12 +183,12 @@ def speculative_step(runner: Any, scheduler_output: Any) -> bool:
     not, and then samples through the rejection sampler, whose zero-draft work (the bonus
     sampler, the recovered-token and rejection kernels on empty rows) took 7.4 % of the
     worker's time at c = 16 on the 2-core box (docs/facts.md section 2;
-    bench/results/2026-12-05-floor.md). A
-    step in which no request carries drafts samples each request's one token from the
-    target's own law either way, drawing once from the request's generator either way, so
-    it is prepared as a target-only step: no spec-decode metadata, V1's own sampler. Models
-    with recurrent layers keep the speculative path: their attention backends read a
-    zero-draft decode's state at an offset only that path sets."""
+    bench/results/2026-12-05-floor.md). A step in which no request carries drafts samples
+    each request's one token from the target's own law either way, drawing once from the
+    request's generator either way, so it is prepared as a target-only step: no spec-decode
+    metadata, V1's own sampler. Models with recurrent layers keep the speculative path:
+    their attention backends read a zero-draft decode's state at an offset only that path
+    sets."""
     model = runner.model_config
     if model.is_hybrid or model.has_inner_state or model.is_attention_free:
         return True
