@@ -9,9 +9,9 @@ import itertools
 import pytest
 from prometheus_client import CollectorRegistry
 
-from specpair.vllm.depth_policy import DepthPolicy
+from specpair.vllm.depth_policy import DepthPolicy, sampling_law
 from specpair.vllm.metrics import TargetMetrics
-from specpair.vllm.policy_estimates import PROBE_LEN, expected_tokens
+from specpair.vllm.policy_estimates import PROBE_LEN, Fit, expected_tokens
 from specpair.vllm.policy_setting import PolicySetting, parse_setting
 
 K = 4
@@ -73,6 +73,21 @@ def test_it_picks_the_k_maximizing_expected_tokens_per_second():
     q.observe("r", 1)
     q._reqs["r"].counts = r.counts
     assert q.best(["r"]) < p.best(["r"])
+
+
+def test_one_slow_step_at_a_rare_depth_does_not_lift_the_line():
+    """Live at c = 16 (T = 1) a K - 1 probe's round took 75 ms, after one at K of 99 ms,
+    against 12-15 ms: each depth weighs at most one point, so the probe's one observation
+    weighed as much as K's fifty, the line fell with the depth and, clamped flat, read 37 ms
+    at every depth; the policy stopped drafting where it paid. A falling line is flat
+    through the most observed depth's mean instead."""
+    fit = Fit(0.1, (0.0, 0.0))
+    for step in range(50):
+        fit.add(3, 0.014, step)
+    fit.add(3, 0.099, 50)
+    fit.add(2, 0.075, 51)
+    # K's mean, its one slow round in it (16.6 ms); the line through both read 46 ms
+    assert fit.time(1) == fit.time(3) < 0.017
 
 
 def test_a_batch_drafts_one_depth_for_the_sum_of_its_requests_tokens():
@@ -194,7 +209,7 @@ def test_a_request_pinned_by_its_own_setting_is_obeyed_and_teaches_nothing():
     assert mixed.chosen[1] >= 60  # "p" drafted its pinned depth every round
     assert a_mixed == a_alone
     assert mixed.acceptance("a") == pytest.approx(alone.acceptance("a"))
-    assert mixed._fits[(2, False)][0].coef == pytest.approx(alone._fits[(2, False)][0].coef)
+    assert mixed._kinds[(2, False)][0].coef == pytest.approx(alone._kinds[(2, False)][0].coef)
     # the control: without the pin, "p"'s rejected drafts pull the pooled acceptance down
     taught = DepthPolicy(K, clock=Clock())
     for _ in range(30):
@@ -267,18 +282,18 @@ def test_requests_of_another_sampling_law_do_not_inherit_its_acceptance():
     assert shared[:15].count(0) >= 13, shared[:15]
 
 
-def _batch_steps(policy, clock, reqs, live, rounds, verify, rnd, accept):
-    """``rounds`` steps of the requests ``reqs`` batched (``live``: the step's live set);
-    at step n, draft j (0-based) is accepted when ``accept(n, j)`` (and the ones before it
-    were); a step costs ``verify(k)`` + ``rnd(k)`` for its largest depth k. The depths
-    chosen."""
+def _batch_steps(policy, clock, reqs, live, rounds, verify, rnd, accept, law=()):
+    """``rounds`` steps of the requests ``reqs`` batched (``live``: the step's live set;
+    ``law``: their sampling law); at step n, draft j (0-based) is accepted when
+    ``accept(n, j)`` (and the ones before it were); a step costs ``verify(k)`` + ``rnd(k)``
+    for its largest depth k. The depths chosen."""
     chosen, state, last = [], {r: (1, 0) for r in reqs}, 0
     for n in range(rounds):
         clock.now += verify(last) + (rnd(last) if last else 0.0)
         policy.begin(live)
         ks = []
         for r in reqs:
-            policy.observe(r, state[r][0])
+            policy.observe(r, state[r][0], law=law)
         for r, k in policy.depths().items():
             policy.handed(r, k)
             acc = 0
@@ -315,6 +330,69 @@ def test_step_costs_are_learned_per_batch_size():
     shared = alone_after_four({"e", "x", "y", "z"})  # idle names: the four requests' bucket
     assert own[:15].count(0) <= 1, own
     assert shared[:15].count(0) >= 13, shared  # the control
+
+
+def test_a_kind_of_step_keeps_its_costs_and_probes_while_another_kind_runs():
+    """Top-p steps where drafting loses (a verify of 30 ms without drafts and 60 with, a
+    round of 60 ms: even 1 + 3 tokens in 120 ms lose to 1 in 30), then 400 T = 1 steps where
+    it pays (30 ms, 35 with drafts and a round of 5, every draft accepted), then top-p again
+    with a new request. The top-p steps' fits and probe schedule are theirs, on their own
+    steps' clock: the third part drafts nothing in its 100 steps (its burst gap had doubled in
+    the first part). The control: one schedule for every kind (as before kinds had clocks),
+    whose T = 1 steps, drafting, reset its gap: a burst at K comes at once."""
+    def third_part(shared_clock: bool) -> list[int]:
+        clock = Clock()
+        p = DepthPolicy(3, clock=clock)
+        if shared_clock:
+            p._kinds = _SharedClock(p._kinds)
+        top_p, t1 = sampling_law(1.0, top_p=0.9), sampling_law(1.0)
+        verify = lambda k: 0.060 if k else 0.030  # noqa: E731
+        first = lambda n, j: j == 0  # noqa: E731
+        _batch_steps(p, clock, ["a"], {"a"}, 300, verify, lambda k: 0.060, first, top_p)
+        _batch_steps(p, clock, ["b"], {"b"}, 400, lambda k: 0.035 if k else 0.030,
+                     lambda k: 0.005, lambda n, j: True, t1)
+        return _batch_steps(p, clock, ["c"], {"c"}, 100, verify, lambda k: 0.060, first, top_p)
+
+    own = third_part(shared_clock=False)
+    assert not any(own), own
+    shared = third_part(shared_clock=True)
+    assert sum(k > 0 for k in shared[:16]) >= PROBE_LEN, shared  # the control
+
+
+class _SharedClock(dict):
+    """The control of the test above: every kind's fits and probes on one schedule, the
+    first kind's, which counts every adaptive step (the policy before kinds had clocks)."""
+
+    def __getitem__(self, key):
+        fit, round_fit, _ = super().__getitem__(key)
+        return fit, round_fit, next(iter(self.values()))[2]
+
+
+def test_the_step_without_drafts_is_timed_apart_and_not_where_drafting_switches_off():
+    """c = 16 under top-p, as the step log read it: the rest of a step jumps once there are
+    drafts (30 ms without, 52-56 ms with 1-3, a round of 20 ms), and the first step without
+    drafts after drafted ones costs 100 ms (live: about one in three took 70-120 ms). With
+    the first draft accepted and no deeper one, 2 tokens in 76 ms lose to 1 in 30: after its
+    first rounds the policy drafts only its probe bursts. The policy before (t(0) on the
+    line through every depth, the switching step timed as a step without drafts) drafted
+    298 of steps 100-400 here."""
+    clock = Clock()
+    p = DepthPolicy(3, clock=clock)
+    chosen, sampled, before, last = [], 1, 0, 0
+    for _ in range(400):
+        if last == 0:
+            clock.now += 0.100 if before else 0.030
+        else:
+            clock.now += 0.050 + 0.002 * last + 0.020
+        p.begin({"r"})
+        p.observe("r", sampled)
+        k = p.depths()["r"]
+        p.handed("r", k)
+        p.round_time(0.020 if k else None)
+        chosen.append(k)
+        sampled, before, last = 1 + min(k, 1), last, k
+    assert sum(k > 0 for k in chosen[100:]) <= 2 * PROBE_LEN, chosen
+    assert p.time(0) == pytest.approx(0.030)  # the switching steps are not in it
 
 
 def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():

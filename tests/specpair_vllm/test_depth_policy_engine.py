@@ -52,9 +52,9 @@ def test_a_requests_prefill_and_first_round_are_not_timed():
         runs[extra_at] = (_requests_joining(policy, clock, extra_at), policy)
     (joined, at_join), (plain, none) = runs[0], runs[None]
     assert joined == plain
-    for bucket, (fit, round_fit) in none._fits.items():
-        assert at_join._fits[bucket][0].coef == pytest.approx(fit.coef, rel=1e-9)
-        assert at_join._fits[bucket][1].coef == pytest.approx(round_fit.coef, rel=1e-9)
+    for bucket, (fit, round_fit, _) in none._kinds.items():
+        assert at_join._kinds[bucket][0].coef == pytest.approx(fit.coef, rel=1e-9)
+        assert at_join._kinds[bucket][1].coef == pytest.approx(round_fit.coef, rel=1e-9)
     late = runs[1][1]
     assert late.time(3) > 1.2 * none.time(3)  # the control: the extras were learned
 
@@ -138,14 +138,17 @@ def test_at_c16_where_drafting_loses_adaptive_times_the_step_without_drafts():
 def test_at_c16_each_sampling_law_is_timed_on_its_own_steps():
     """c = 16, T = 1 and top-p 0.9 cells taking turns in one engine, on the costs the step log
     measured per law (``C16_LAWS``): at T = 1 drafting 3 pays, under top-p it loses (fixed:3
-    about 0.82 of no drafts: the verify and the round cost twice T = 1's). Six engines, each
-    cell 3 times adaptive, off and fixed:3. With step fits per batch size alone, T = 1's cheap
-    drafted steps were carried into the top-p cells and top-p's dear ones into the T = 1
-    cells: top-p read 0.81-0.91 of off (median 0.84, as fixed:3), T = 1 0.91-1.00 of fixed:3
-    (median 0.93). With fits per batch size and law: top-p 0.88-0.95 (median 0.91), T = 1
-    0.98-1.02."""
+    about 0.82 of no drafts: the verify and the round cost twice T = 1's). Sixteen engines,
+    each cell 3 times adaptive, off and fixed:3. With step fits per batch size alone, T = 1's
+    cheap drafted steps were carried into the top-p cells and top-p's dear ones into the
+    T = 1 cells: top-p read 0.80-0.92 of off (median 0.85, as fixed:3), T = 1 0.85-1.00 of
+    fixed:3 (median 0.95). With fits per kind of step (batch size and law) on the policy's
+    clock: top-p 0.83-0.95 (median 0.91), T = 1 0.97-1.04 (median 0.99); on each kind's own
+    clock, t(0) apart: top-p 0.82-0.96 (median 0.93), T = 1 0.96-1.04 (median 0.99). The
+    slowest engines' t(0) read 40-45 ms against 35: the simulator's hiccups (a cost doubled,
+    one step in 20) land on the few depth-0 steps it is timed from."""
     top_p, t1, controls = [], [], []
-    for seed in range(6):
+    for seed in range(16):
         clock = SimClock()
         policy = DepthPolicy(3, clock=clock)
         rng = random.Random(seed)
@@ -160,10 +163,10 @@ def test_at_c16_each_sampling_law_is_timed_on_its_own_steps():
         top_p.append(_over(rates, CELLS[4].law, None, "off"))
         t1.append(_over(rates, CELLS[2].law, None, "fixed:3"))
         controls.append(_over(rates, CELLS[4].law, "fixed:3", "off"))
-    assert max(controls) < 0.86, controls  # the control: under top-p drafting loses
-    assert min(top_p) >= 0.87 and statistics.median(top_p) >= 0.9, top_p
-    assert min(r - c for r, c in zip(top_p, controls, strict=True)) >= 0.04, (top_p, controls)
-    assert min(t1) >= 0.96, t1
+    assert max(controls) < 0.87, controls  # the control: under top-p drafting loses
+    assert min(top_p) >= 0.8 and statistics.median(top_p) >= 0.92, top_p
+    assert statistics.median(r - c for r, c in zip(top_p, controls, strict=True)) >= 0.08
+    assert min(t1) >= 0.95 and statistics.median(t1) >= 0.98, t1
 
 
 def _over(rates: dict, law: tuple[bool, bool], row: str | None, base: str) -> float:

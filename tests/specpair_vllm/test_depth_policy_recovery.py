@@ -36,6 +36,7 @@ from specpair.vllm.policy_estimates import (
     PROBE_LEN,
     PROBE_MAX,
     ZERO_EVERY,
+    ZERO_LEN,
     Fit,
     Probes,
     probe,
@@ -86,22 +87,23 @@ def test_it_comes_within_5_percent_of_the_best_fixed_setting_in_bounded_rounds(n
 
 def test_the_probe_schedule_is_bounded_both_ways():
     """A deterministic schedule: while the estimates favour K, one step in 16 drafts K - 1,
-    of those the second in every ZERO_EVERY (8) none (the step without drafts timed; a
-    reproducible request's own schedule, which times nothing, keeps K - 1); while they favour
-    0, bursts of PROBE_LEN steps at K, 64, 128, then 256 steps apart. So
-    at most one step in 16 drafts a depth the estimates do not favour, and while drafting is
-    off never fewer than PROBE_LEN in PROBE_MAX."""
+    of those the first in every ZERO_EVERY (8) none for ZERO_LEN (2) steps (the step without
+    drafts timed at the second; a reproducible request's own schedule, which times nothing,
+    keeps K - 1); while they favour 0, bursts of PROBE_LEN steps at K, 64, 128, then 256
+    steps apart. So at most 9 steps in 128 draft a depth the estimates do not favour, and
+    while drafting is off never fewer than PROBE_LEN in PROBE_MAX."""
     for favoured in (0, K):
         state = Probes()
         chosen = [probe(state, favoured, K) for _ in range(4096)]
         probes = [i for i, d in enumerate(chosen) if d != favoured]
+        share = (ZERO_EVERY + ZERO_LEN - 1) / (16 * ZERO_EVERY)  # 9 in 128
         for n in range(16, 4096):  # every prefix of the run
-            assert sum(1 for i in probes if i < n) <= n / 16 + PROBE_LEN, (favoured, n)
+            assert sum(1 for i in probes if i < n) <= n * share + PROBE_LEN, (favoured, n)
         gaps = [b - a for a, b in itertools.pairwise(probes)]
         if favoured == K:
-            assert set(gaps) == {16}
-            assert [chosen[i] for i in probes[:ZERO_EVERY + 2]] == [K - 1, 0] + [K - 1] * (
-                ZERO_EVERY - 1) + [0]
+            assert set(gaps) == {1, 15, 16}  # a zero probe's two steps, then every 16th
+            assert [chosen[i] for i in probes[:ZERO_EVERY + 3]] == [0, 0] + [K - 1] * (
+                ZERO_EVERY - 1) + [0, 0]
             own = Probes()
             assert {probe(own, K, K, zero=False) for _ in range(4096)} == {K, K - 1}
         else:

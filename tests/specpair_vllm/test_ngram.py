@@ -87,7 +87,8 @@ def test_copying_text_is_drafted_from_its_history_and_other_text_is_not():
     copying = _rounds(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ngram_hits=K,
                       rounds=40)
     assert all(used for _, used in copying[10:]), copying
-    assert sum(k != K for k, _ in copying[10:]) <= 2, copying  # the depth probes: 1 in 16
+    # the depth probes: one step in 16, the first of them two steps without drafts
+    assert sum(k != K for k, _ in copying[10:]) <= 3, copying
     clock = Clock()
     other = _rounds(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ngram_hits=0,
                     rounds=40)
@@ -172,9 +173,9 @@ def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them
         local.append(d.policy.ngram("r"))
         k = 0 if drafts is None else drafts.depth
         nxt = [prompt[(n + j) % 12] for j in range(k + 1)]
-        if local[-1]:  # the cycle's continuation: the target accepts every one
+        if local[-1] and k:  # the cycle's continuation: the target accepts every one
             assert drafts.kind == QKind.POINT_MASS and drafts.tokens.tolist() == nxt[:k]
-        else:  # the drafter's: never accepted
+        else:  # the drafter's (never accepted), or none (a probe of the step without drafts)
             nxt = nxt[:1]
         text += nxt
         sampled = len(nxt)

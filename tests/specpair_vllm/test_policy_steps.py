@@ -18,16 +18,19 @@ class Clock:
         return self.now
 
 
-def _run(policy: DepthPolicy, clock: Clock, steps: list[tuple[dict, float, float | None]]
-         ) -> list[int]:
+def _run(policy: DepthPolicy, clock: Clock, steps: list[tuple[dict, float, float | None]],
+         favoured: list[int | None] | None = None) -> list[int]:
     """Each step: the requests observed (id -> pin), the seconds to the next step and the
-    round's (None: none sent). Returns the depths asked for."""
+    round's (None: none sent). Returns the depths asked for; appends to ``favoured`` what
+    the adaptive estimates favoured at each step."""
     asked = []
     for reqs, gap, rnd in steps:
         policy.begin(set(reqs))
         for rid, pin in reqs.items():
             policy.observe(rid, 1, pin=pin, law=sampling_law(1.0, top_p=0.9 if rid == "p" else 1.0))
         asked.append(max(policy.depths().values()))
+        if favoured is not None:
+            favoured.append(policy.estimates.favoured)
         policy.round_time(rnd)
         clock.now += gap
     policy.begin(set())
@@ -40,25 +43,30 @@ def test_every_step_is_logged_as_the_policy_saw_it(tmp_path, monkeypatch):
     clock = Clock()
     policy = DepthPolicy.from_env(3)
     policy.clock = clock
+    favoured: list[int | None] = []
     asked = _run(policy, clock, [({"a": None}, 0.030, 0.006),            # a joins
                                  ({"a": None, "p": None}, 0.050, 0.008),  # p (top-p) joins
                                  ({"a": None, "p": None}, 0.040, None),
                                  ({"a": None, "p": None, "q": "fixed:1"}, 0.060, 0.009),
-                                 ({"a": None, "p": None, "q": "fixed:1"}, 0.045, 0.007)])
+                                 ({"a": None, "p": None, "q": "fixed:1"}, 0.045, 0.007),
+                                 ({"q": "fixed:1"}, 0.045, 0.007)], favoured)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [s["depth"] for s in lines] == asked
     assert [s["prev"] for s in lines] == [None] + asked[:-1]
-    assert [round(s["gap_s"], 6) for s in lines] == [0.030, 0.050, 0.040, 0.060, 0.045]
-    assert [s["round_s"] for s in lines] == [0.006, 0.008, None, 0.009, 0.007]
-    assert [s["requests"] for s in lines] == [1, 2, 2, 3, 3]
-    assert [s["joined"] for s in lines] == [True, True, False, True, False]
-    assert [s["pinned"] for s in lines] == [False, False, False, True, True]
-    assert [s["truncated"] for s in lines] == [False, True, True, True, True]
+    assert [round(s["gap_s"], 6) for s in lines] == [0.030, 0.050, 0.040, 0.060, 0.045, 0.045]
+    assert [s["round_s"] for s in lines] == [0.006, 0.008, None, 0.009, 0.007, 0.007]
+    assert [s["requests"] for s in lines] == [1, 2, 2, 3, 3, 1]
+    assert [s["joined"] for s in lines] == [True, True, False, True, False, False]
+    assert [s["pinned"] for s in lines] == [False, False, False, True, True, True]
+    assert [s["truncated"] for s in lines] == [False, True, True, True, True, False]
+    # what the adaptive estimates favoured (the step of the pinned request alone: none)
+    assert [s["favoured"] for s in lines] == favoured[:5] + [None]
     assert not any(s["greedy"] for s in lines)
     rows = summary(path.read_text().splitlines())  # the steps no request joined
-    assert [(r["pinned"], r["steps"]) for r in rows] == [(False, 1), (True, 1)]
-    assert [round(r["rest_ms"], 6) for r in rows] == [40.0, 38.0]
-    assert [round(r["round_ms"], 6) for r in rows] == [0.0, 7.0]
+    assert [(r["truncated"], r["pinned"], r["steps"]) for r in rows] == [
+        (False, True, 1), (True, False, 1), (True, True, 1)]
+    assert [round(r["rest_ms"], 6) for r in rows] == [38.0, 40.0, 38.0]
+    assert [round(r["round_ms"], 6) for r in rows] == [7.0, 0.0, 7.0]
 
 
 def test_without_the_variable_nothing_is_logged(monkeypatch):

@@ -10,13 +10,14 @@ objective, estimates, probes and measurements are written once, in docs/performa
 ``specpair.vllm.policy_setting``'s; under ``adaptive`` (the default) it chooses one depth d
 for the step's adaptive requests, the one maximizing the step's expected tokens per second
 from earlier rounds' accepted counts and step times (d = 0, target-only, when no d > 0 beats
-it), with probes (``probe``: one step one depth off while drafting, bursts at K while not, so
-that what it turned off stays measured); greedy or sampled drafts per sampling law where the
-drafter serves both; per request, n-gram drafts (``specpair.vllm.ngram``: looked up in its own
-history, no drafter round) instead of the drafter's when their expected tokens per second are
-higher. Their acceptance is measured every round whatever was drafted (``ngram_seen``: the
-lookup's drafts against the tokens the target committed), so that choice never goes
-unmeasured.
+it; the times fitted per kind of step, its batch size and law, over its own steps), with
+probes (``probe``: one step one depth off or two without drafts while drafting, bursts at K
+while not, so that what it turned off stays measured); greedy or sampled drafts per sampling
+law where the drafter serves both; per request, n-gram drafts (``specpair.vllm.ngram``: looked
+up in its own history, no drafter round) instead of the drafter's when their expected tokens
+per second are higher. Their acceptance is measured every round whatever was drafted
+(``ngram_seen``: the lookup's drafts against the tokens the target committed), so that choice
+never goes unmeasured.
 
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
@@ -136,14 +137,18 @@ class DepthPolicy:
         # per law: (its last drafting-mode choice, the gap to its next mode probe and the
         # adaptive step of that probe)
         self._mode_probes: dict[Hashable, tuple[bool, int, int]] = {}
+        # per kind of step: its batch size (a power-of-two bucket) and whether any request
+        # truncates (top-p, top-k: its verify costs more): the rest's and the round's fits
+        # and the probe schedule, over that kind's own adaptive steps (another kind's steps
+        # neither fade its observations nor reset its probes); fit, round_fit and _probes are
+        # the step's
         self.fit, self.round_fit = self._new_fits()
-        # both per batch size (its power-of-two bucket) and whether any request of the step
-        # truncates (top-p, top-k: its verify costs more); fit, round_fit are the step's
-        self._fits: dict[tuple[int, bool], tuple[Fit, Fit]] = {(1, False): (self.fit,
-                                                                            self.round_fit)}
+        self._probes = Probes()
+        self._kinds: dict[tuple[int, bool], tuple[Fit, Fit, Probes]] = {
+            (1, False): (self.fit, self.round_fit, self._probes)}
         self._bucket = 1
         self._step: list[str] = []  # the requests observed at this step, in order
-        self._probes = Probes()  # the engine's probe schedule, over its adaptive steps
+        self._adaptive_steps = 0  # every kind's (the mode probes' clock)
         # request-rounds drafted at a depth their estimates did not favour (cumulative; the
         # engine's adaptive requests and reproducible ones)
         self.probe_rounds = 0
@@ -151,6 +156,7 @@ class DepthPolicy:
         self._round: float | None = None  # the last step's round time (None: no round)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
+        self._before = 0  # ... and at the step before it
         self._untimed = False  # the last step had a request outside the adaptive estimates
         self._joined = False  # a request was observed for the first time at the last step
         self._catch_up = False  # a request drafted at the last step but not at the one before
@@ -158,10 +164,11 @@ class DepthPolicy:
         # next begin unless a request joined in between
         self._pending: tuple[Fit, int, float, int] | None = None
         self._logged_depth: int | None = None  # the last logged step's depth (``steps``)
+        self._favoured: int | None = None  # its adaptive estimates' depth (None: none adaptive)
 
     @property
     def _steps(self) -> int:
-        """Adaptive steps decided (the probes' clock)."""
+        """Adaptive steps of the step's kind decided (its fits' and probes' clock)."""
         return self._probes.steps
 
     @classmethod
@@ -180,7 +187,9 @@ class DepthPolicy:
         # and the round of a step a request joined in is not timed. Nor is a round that
         # carried a request's catch-up (its first round after steps without drafts): it
         # costs what the tokens carried cost, not the depth's (timed, the rounds of probes
-        # from d = 0 kept the round's fit high).
+        # from d = 0 kept the round's fit high). Nor is the rest of a step without drafts
+        # that follows a drafted step: switching costs it (live at c = 16 about one in three
+        # took 70-120 ms against 30-35), staying at d = 0 does not.
         if self._pending is not None and not self._joined:
             fit, depth, rest, step = self._pending
             fit.add(depth, rest, step)
@@ -189,13 +198,16 @@ class DepthPolicy:
             self._log_step(self.steps, now - self._last, k)
         if self._last is not None and k is not None and not self._untimed:
             gap = now - self._last
-            if self.fit.w < _MIN_FIT or gap <= _OUTLIER * self.time(k):
+            if (k or not self._before) and (self.fit.w < _MIN_FIT
+                                            or gap <= _OUTLIER * self.time(k)):
                 self._pending = (self.fit, k, max(0.0, gap - (self._round or 0.0)),
                                  self._steps)
                 if k and self._round is not None and not (self._joined or self._catch_up):
                     self.round_fit.add(k, self._round, self._steps)
+        self._before = k or 0
         self._last, self._last_depth, self._round = now, None, None
         self._untimed = self._joined = self._catch_up = False
+        self._favoured = None
         self._step = []
         for rid in [r for r in self._reqs if r not in live]:
             del self._reqs[rid]
@@ -207,14 +219,14 @@ class DepthPolicy:
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
                     round_s=self._round, requests=len(self._step), joined=self._joined,
                     pinned=self._untimed, greedy=all(law and law[0] for law in laws),
-                    truncated=_truncates(laws))
+                    truncated=_truncates(laws), favoured=self._favoured)
         self._logged_depth = k
 
     @staticmethod
     def _new_fits() -> tuple[Fit, Fit]:
         """The step without its PROPOSE round (the verify of 1 + k tokens a request; 1 until
         timed) and the round (k > 0; 0 until timed)."""
-        return Fit(_REST_SLOPE, (1.0, _REST_SLOPE)), Fit(_ROUND_SLOPE, (0.0, 0.0))
+        return Fit(_REST_SLOPE, (1.0, _REST_SLOPE), jump=True), Fit(_ROUND_SLOPE, (0.0, 0.0))
 
     def observe(self, req_id: str, num_sampled: int, pin: str | None = None,
                 law: Hashable = (), reproducible: bool = False) -> None:
@@ -243,9 +255,9 @@ class DepthPolicy:
         whether the drafter drafts greedily for the requests that ask (``greedy``)."""
         out, adaptive = {}, []
         key = (self._bucket, _truncates(self._reqs[rid].law for rid in self._step))
-        if key not in self._fits:
-            self._fits[key] = self._new_fits()
-        self.fit, self.round_fit = self._fits[key]
+        if key not in self._kinds:
+            self._kinds[key] = (*self._new_fits(), Probes())
+        self.fit, self.round_fit, self._probes = self._kinds[key]
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
@@ -352,7 +364,9 @@ class DepthPolicy:
 
     def _adaptive(self, reqs: list[_Req], floor: int) -> int:
         favoured, rates, accepts = self._rates(reqs, floor)
+        self._adaptive_steps += 1
         d = probe(self._probes, favoured, self.k_max, self.setting.probe_every)
+        self._favoured = favoured
         if d != favoured:
             self.probe_rounds += len(reqs)
         timed = self.fit.w > 0
@@ -436,14 +450,14 @@ class DepthPolicy:
     def _mode_probe_due(self, law: Hashable, choice: bool) -> bool:
         """Whether the law's mode probe is due at this step (its gap doubles per probe while
         the law's choice stays the same)."""
-        every = self.setting.probe_every
-        last, gap, due = self._mode_probes.get(law, (choice, every, self._steps + every))
+        every, now = self.setting.probe_every, self._adaptive_steps
+        last, gap, due = self._mode_probes.get(law, (choice, every, now + every))
         if choice != last:
-            gap, due = every, self._steps + every
-        hit = self._steps >= due
+            gap, due = every, now + every
+        hit = now >= due
         if hit:
             gap = min(2 * gap, PROBE_MAX)
-            due = self._steps + gap
+            due = now + gap
         self._mode_probes[law] = (choice, gap, due)
         return hit
 

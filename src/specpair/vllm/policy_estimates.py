@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from specpair.vllm.policy_setting import PROBE_EVERY
 
 __all__ = ["DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT", "ZERO_EVERY",
-           "Counts", "Estimates", "Fit", "Probes", "count", "expected_tokens", "first", "probe"]
+           "ZERO_LEN", "Counts", "Estimates", "Fit", "Probes", "count", "expected_tokens", "first",
+           "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
 PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
@@ -21,6 +22,7 @@ PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
 POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
 SLOPE_WEIGHT = 0.1  # depths' worth of that prior slope in the fit (a depth weighs at most 1)
 ZERO_EVERY = 8  # while drafting: one probe in this many drafts nothing (the rest at d = 0)
+ZERO_LEN = 2  # ... for this many steps (the first after drafted steps is not timed)
 
 
 def expected_tokens(accept: list[float], k: int) -> float:
@@ -67,17 +69,22 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     favoured depths it was given), nothing else.
 
     While drafting (favoured > 0): one step every ``every`` drafts one depth off (one more,
-    or K - 1 from K), and with ``zero`` the second of every ZERO_EVERY of those steps drafts
-    nothing instead: the step without drafts is then timed, not extrapolated from K and
-    K - 1 (at c = 16 the verify of 1 + K tokens a request costs twice the step without
-    drafts). While not (favoured = 0): a burst of PROBE_LEN steps drafts K, the bursts
-    PROBE_LEN * ``every`` steps apart, doubling up to PROBE_MAX while each finds drafting
-    still does not pay; a burst ends early once the estimates favour its depth.
+    or K - 1 from K), and with ``zero`` the first of every ZERO_EVERY of those probes drafts
+    nothing instead, for ZERO_LEN steps: the step without drafts is then timed, not
+    extrapolated from K and K - 1 (at c = 16 the verify of 1 + K tokens a request costs
+    twice the step without drafts), and timed first: a new kind of step (``DepthPolicy``'s
+    batch size and law) drafts K from the prior until its t(0) is known. Two steps: the
+    first step without drafts after drafted ones is not timed (live at c = 16 about one in
+    three such steps took 70-120 ms against 30-35). While not (favoured = 0): a burst of
+    PROBE_LEN steps drafts K, the bursts PROBE_LEN * ``every`` steps apart, doubling up to
+    PROBE_MAX while each finds drafting still does not pay; a burst ends early once the
+    estimates favour its depth.
     A burst, not a single step: a request's first round after steps without drafts carries
     the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
-    so only the burst's later rounds time the round and the deeper positions. So at most
-    one adaptive step in ``every`` drafts a depth the estimates do not favour (1 in 16),
-    and while drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
+    so only the burst's later rounds time the round and the deeper positions. So while
+    drafting, at most ZERO_EVERY + ZERO_LEN - 1 adaptive steps in ZERO_EVERY * ``every``
+    draft a depth the estimates do not favour (9 in 128), and while drafting is off, never
+    fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
     state.steps += 1
     if state.left:
         state.left -= 1
@@ -95,7 +102,8 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     state.gap = every
     state.due = state.steps + every
     state.made += 1
-    if zero and state.made % ZERO_EVERY == 2:
+    if zero and state.made % ZERO_EVERY == 1:
+        state.depth, state.left = 0, ZERO_LEN - 1
         return 0
     return favoured + 1 if favoured < k_max else favoured - 1
 
@@ -122,13 +130,18 @@ class Fit:
     """t(k) = a + b*k through each depth's decayed mean seconds, each depth weighing at most
     one point (the depth drafted at nearly every step and one probed every 128th step count
     alike: the rare one is what places the line's other end), the slope b ridged towards
-    ``prior`` * a."""
+    ``prior`` * a. With ``jump``, t(0) is depth 0's own mean once another depth is timed too,
+    and the line goes through the other depths only: the verify jumps once there are drafts
+    (at c = 16 the rest of a step without drafts is 33 ms under top-p, 50-53 at 2 and 56-59
+    at 3), and a line through all of them puts t(0) high, the more so the less depth 0 weighs."""
 
     prior: float  # b / a before the data show a slope
     coef: tuple[float, float]  # (a, b); until timed, in relative units
     step: int | None = None  # the policy's adaptive step of the last observation
     # per depth: [decayed weight, decayed sum of seconds]
     sums: dict[int, list[float]] = field(default_factory=dict)
+    jump: bool = False  # t(0) apart from the line
+    zero: float | None = None  # t(0) apart (``jump``): depth 0's mean, once another depth's
 
     def add(self, x: int, y: float, step: int | None = None) -> None:
         """One observation; ``step``: the policy's adaptive steps so far, so that older
@@ -142,6 +155,10 @@ class Fit:
         s = self.sums.setdefault(x, [0.0, 0.0])
         s[0], s[1] = s[0] + 1, s[1] + y
         points = [(k, min(1.0, w), sy / w) for k, (w, sy) in self.sums.items() if w > 0]
+        self.zero = None
+        if self.jump and len(points) > 1 and any(k == 0 for k, _, _ in points):
+            self.zero = max(next(m for k, _, m in points if k == 0), 1e-9)
+            points = [p for p in points if p[0]]
         weight = sum(v for _, v, _ in points)
         mean_x = sum(v * k for k, v, _ in points) / weight
         mean_y = sum(v * m for _, v, m in points) / weight
@@ -150,8 +167,16 @@ class Fit:
         # ridge towards the prior slope, so one timed depth still gives a slope; a second
         # depth's mean takes over
         a0 = mean_y / (1 + self.prior * mean_x)
-        b = max(0.0, (cov + SLOPE_WEIGHT * self.prior * a0) / (var + SLOPE_WEIGHT))
-        self.coef = (max(mean_y - b * mean_x, 1e-9), b)
+        b = (cov + SLOPE_WEIGHT * self.prior * a0) / (var + SLOPE_WEIGHT)
+        if b < 0:
+            # falling with the depth: more drafts do not cost less, so a rarely drafted
+            # depth's few observations are off (one slow step weighs as much as the drafted
+            # depth's mean): flat through the most observed depth's mean
+            most = max((k for k, _, _ in points), key=lambda k: self.sums[k][0])
+            w, sy = self.sums[most]
+            self.coef = (max(sy / w, 1e-9), 0.0)
+        else:
+            self.coef = (max(mean_y - b * mean_x, 1e-9), b)
 
     @property
     def w(self) -> float:
@@ -160,7 +185,10 @@ class Fit:
 
     def time(self, k: int) -> float:
         a, b = self.coef
-        return a + b * k
+        if self.zero is None:
+            return a + b * k
+        # apart, but never below it: a verify of more tokens does not cost less
+        return self.zero if k == 0 else max(a + b * k, self.zero)
 
 
 def count(counts: tuple[Counts, ...], handed: int, accepted: int,

@@ -7,8 +7,10 @@ before it's), ``gap_s`` (from this step's start to the next's), ``round_s`` (its
 round; null: none), ``requests``, ``joined`` (a request joined: its prefill is in the gap,
 so the policy does not time it), ``pinned`` (a request outside the adaptive estimates: not
 timed either), ``greedy`` and ``truncated`` (every request greedy; any under top-p or
-top-k), ``pid``. A file that cannot be opened or written is logged once and the engine runs
-on without the log. ``summary`` groups the lines (``python -m bench.live.trace --steps``).
+top-k), ``favoured`` (the depth the adaptive estimates favoured; another ``depth``: a probe's
+or a pinned request's; null: no adaptive request), ``pid``. A file that cannot be opened or
+written is logged once and the engine runs on without the log. ``summary`` groups the lines
+(``python -m bench.live.trace --steps``).
 """
 
 from __future__ import annotations
