@@ -121,6 +121,53 @@ def test_a_request_whose_copying_stops_goes_back_to_the_drafter():
     assert not any(used for _, used in after[10:]), after
 
 
+def _batch(policy, clock, copying, other, rounds, step=0.030, rnd=0.015):
+    """``rounds`` steps of ``copying`` requests (n-gram drafts always match, the drafter's
+    never accepted) beside ``other`` ones (no n-gram match; the drafter's first two drafts
+    always accepted): a step of ``step`` s, plus a PROPOSE round of ``rnd`` when any request
+    asks the drafter. Per step, the requests that took n-gram drafts and whether a round was
+    sent."""
+    ids = copying + other
+    sampled, out = dict.fromkeys(ids, 1), []
+    for _ in range(rounds):
+        policy.begin(ids)
+        for rid in ids:
+            policy.observe(rid, sampled[rid])
+            n = min(K, sampled[rid]) if rid in copying else 0
+            policy.ngram_seen(rid, n, n)
+        depths = policy.depths()
+        local = {rid for rid in ids if policy.ngram(rid)}
+        remote = any(depths[rid] and rid not in local for rid in ids)
+        for rid in ids:
+            policy.handed(rid, depths[rid])
+            hits = (K if rid in copying else 0) if rid in local else (0 if rid in copying else 2)
+            sampled[rid] = 1 + min(depths[rid], hits)
+        policy.round_time(rnd if remote else None)
+        clock.t += step + (rnd if remote else 0.0)
+        out.append((local, remote))
+    return out
+
+
+def test_one_request_does_not_make_the_whole_batch_wait_for_a_round():
+    """Three requests copying their prompt beside one whose text never repeats but whose
+    drafter drafts earn two tokens a round, the round half a step (as at c = 16). On its own,
+    the fourth request's drafter drafts pay (3 tokens in 45 ms against its n-gram estimate's
+    1.6 in 30), and so it chose them, sending a round at every step; but they cost the three
+    copying requests the round too (3 x 4 + 3 tokens in 45 ms against 3 x 4 + 1 in 30): the
+    step takes n-gram drafts for every request and sends no round. Where the round is cheap
+    (1 ms: 15 tokens in 31 ms) the fourth request keeps its drafter's drafts."""
+    clock = Clock()
+    dear = _batch(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ["a", "b", "c"],
+                  ["o"], 60)
+    assert not any(remote for _, remote in dear[20:]), dear
+    assert all(local == {"a", "b", "c", "o"} for local, _ in dear[20:]), dear
+    clock = Clock()
+    cheap = _batch(DepthPolicy(K, clock=clock, ngram_adaptive=True), clock, ["a", "b", "c"],
+                   ["o"], 60, rnd=0.001)
+    assert not any("o" in local for local, _ in cheap[20:]), cheap
+    assert sum(remote for _, remote in cheap[20:]) >= 35, cheap  # all but probes
+
+
 def test_pinned_settings_choose_n_gram_rounds_and_seeded_requests_never_get_them():
     s = parse_setting("schedule:2n,0,3,1n", K)
     assert s.ngram == (True, False, False, True)
