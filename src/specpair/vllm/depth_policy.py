@@ -271,8 +271,7 @@ class DepthPolicy:
         if adaptive:
             reqs, floor = [self._reqs[rid] for rid in adaptive], max(out.values(), default=0)
             self._modes(reqs, greedy_items)
-            self._one_source(reqs, floor)
-            d = self._adaptive(reqs, floor)
+            d = self._adaptive(reqs, self._one_source(reqs, floor))
             out |= dict.fromkeys(adaptive, d)
         for rid, k in out.items():
             r = self._reqs[rid]
@@ -363,8 +362,10 @@ class DepthPolicy:
                  / self.time(max(d, floor), round_trip) for d in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d)), rates, accepts
 
-    def _adaptive(self, reqs: list[_Req], floor: int) -> int:
-        favoured, rates, accepts = self._rates(reqs, floor)
+    def _adaptive(self, reqs: list[_Req],
+                  rated: tuple[int, list[float], list[list[float]]]) -> int:
+        """The step's depth for ``reqs`` from their ``_rates`` (a probe's, when one is due)."""
+        favoured, rates, accepts = rated
         self._adaptive_steps += 1
         d = probe(self._probes, favoured, self.k_max, self.setting.probe_every)
         self._favoured = favoured
@@ -435,22 +436,26 @@ class DepthPolicy:
             return False
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
 
-    def _one_source(self, reqs: list[_Req], floor: int) -> None:
+    def _one_source(self, reqs: list[_Req], floor: int
+                    ) -> tuple[int, list[float], list[list[float]]]:
         """n-gram drafts for every adaptive request of the step when the step's best expected
         tokens per second is higher so than with each request's own choice (``_source``): one
         request that takes the drafter's drafts makes the whole step wait for the PROPOSE
         round (at c = 16 18-28 ms beside a step of 25-35), which its own choice does not
         weigh. Not where the step has a round anyway (``floor``: a pinned or seeded request
-        drafts)."""
+        drafts). Returns the ``_rates`` of the sources kept."""
+        mixed = self._rates(reqs, floor)
         if not self.ngram_adaptive or floor or all(r.ngram for r in reqs):
-            return
+            return mixed
         own = [r.ngram for r in reqs]
-        mixed = max(self._rates(reqs, floor)[1])
         for r in reqs:
             r.ngram = True
-        if max(self._rates(reqs, floor)[1]) <= mixed:
-            for r, choice in zip(reqs, own, strict=True):
-                r.ngram = choice
+        lookups = self._rates(reqs, floor)
+        if max(lookups[1]) > max(mixed[1]):
+            return lookups
+        for r, choice in zip(reqs, own, strict=True):
+            r.ngram = choice
+        return mixed
 
     def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
         """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's."""
