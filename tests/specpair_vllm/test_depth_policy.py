@@ -511,14 +511,50 @@ def test_adaptive_drafts_in_the_mode_whose_first_draft_is_accepted_more():
     modes = _mode_steps(DepthPolicy(K, PolicySetting("fixed"), clock=Clock()), 50, 0.6, 0.1)
     assert not any(modes)  # pinned to the drafter's mode: never greedy
     sampled_wins = _mode_steps(DepthPolicy(K, clock=Clock()), 600, 0.7, 0.1)
-    greedy_wins = _mode_steps(DepthPolicy(K, clock=Clock()), 600, 0.1, 0.7)
-    # greedy drafts only as probes, one request's round at gaps doubling from PROBE_EVERY:
-    # steps 16, 48, 112, 240, 496
+    greedy_wins = _mode_steps(DepthPolicy(K, clock=Clock()), 800, 0.1, 0.7)
+    # greedy drafts only as probes, one request's round at gaps doubling from PROBE_EVERY,
+    # made at steps that draft: about steps 17, 50, 115, 245, 505
     assert 3 <= sum(sampled_wins) <= 6, sum(sampled_wins)
-    # greedy takes over once its rounds (4 probes) beat sampled; then sampled only as probes
-    # (at a_1 = 0.1 sampled drafts rarely pay: most early steps are target-only)
-    assert len(greedy_wins) >= 120 and sum(greedy_wins[:10]) <= 1, greedy_wins
+    # greedy takes over once its rounds (5 probes: 4 decayed weigh 3.9 of the 4 needed) beat
+    # sampled; then sampled only as probes (at a_1 = 0.1 sampled drafts rarely pay: most
+    # steps before are target-only)
+    assert len(greedy_wins) >= 150 and sum(greedy_wins[:10]) <= 1, greedy_wins
     assert greedy_wins[-100:].count(False) <= 2, greedy_wins
+
+
+def test_a_mode_probe_is_made_only_at_a_step_that_drafts():
+    """Eight requests at T = 1 whose sampled drafts' first is accepted one time in ten and
+    greedy drafts' nine in ten (the rest never), a step of 1 s and a round of 0.5 s: sampled
+    drafting never pays, so a step drafts only in probe bursts. The mode probe (one request
+    drafting greedy) falls on steps without drafts; it stays due until a step drafts, so
+    greedy's rounds are counted, its mode wins and the steps draft (over 600 of 1,500). The
+    control, the probe spent at whatever step it falls on (as before): no greedy round is
+    ever made and no step drafts greedy."""
+    def steps(spent_anywhere: bool) -> str:
+        p = DepthPolicy(3, clock=Clock())
+        if spent_anywhere:
+            due = p._mode_probe_due
+            p._mode_probe_due = lambda law, choice: (  # noqa: E731
+                due(law, choice) and (p._mode_probed(law) or True))
+        reqs = [f"r{i}" for i in range(8)]
+        sampled, k, out = dict.fromkeys(reqs, 1), 0, []
+        for i in range(1500):
+            p.clock.now += 1.0 + (0.5 if k else 0.0)
+            p.begin(set(reqs))
+            for r in reqs:
+                p.observe(r, sampled[r], law=(False, False))
+            ds = p.depths(greedy_items=True)
+            k = max(ds.values())
+            for n, (r, d) in enumerate(ds.items()):
+                p.handed(r, d)
+                rate = 0.9 if p.greedy(r) else 0.1
+                sampled[r] = 1 + (1 if d and (i + n) % 10 < 10 * rate else 0)
+            p.round_time(0.5 if k else None)
+            out.append("." if not k else "G" if all(p.greedy(r) for r in reqs) else "s")
+        return "".join(out)
+
+    assert steps(spent_anywhere=False).count("G") > 600
+    assert "G" not in steps(spent_anywhere=True)  # the control
 
 
 def test_no_mode_choice_at_temperature_zero_or_without_a_drafter_serving_both():

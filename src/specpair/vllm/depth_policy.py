@@ -93,6 +93,19 @@ def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tupl
     return temperature < 1e-5, top_k > 0 or top_p < 1.0
 
 
+def _deeper(law: Hashable, mode: Hashable, a1: float) -> float:
+    """The prior of a_j (j >= 2), what a request's own counts of it are shrunk towards: for
+    the drafter's sampled drafts of a sampled law, its law's a_1 (at most PRIOR_A): a sampled
+    draft is accepted with chance sum min(p, q) at every position alike (live at c = 16 under
+    top-p 0.64, 0.62, 0.60), and at c = 16 most requests of a law where drafting does not pay
+    have no rounds of their own, so PRIOR_A there (E(3) 2.53 against 2.27) made a step
+    without drafts a few ms slower than its mean look worse than drafting. Otherwise PRIOR_A:
+    greedy drafts and n-gram drafts are accepted all or nothing (a hard first draft, then
+    likely ones), so a_1 says little of a_2."""
+    sampled_law = not (isinstance(law, tuple) and law[:1] == (True,))
+    return min(a1, PRIOR_A) if mode is False and sampled_law else PRIOR_A
+
+
 def _truncates(laws: Iterable[Hashable]) -> bool:
     """Whether any of these ``sampling_law`` values truncates (top-p, top-k); () is none."""
     return any(law and law[1] for law in laws)
@@ -270,8 +283,11 @@ class DepthPolicy:
                 out[rid] = self._pinned(r, s, greedy_items)
         if adaptive:
             reqs, floor = [self._reqs[rid] for rid in adaptive], max(out.values(), default=0)
-            self._modes(reqs, greedy_items)
+            probed = self._modes(reqs, greedy_items)
             d = self._adaptive(reqs, self._one_source(reqs, floor))
+            for r in probed.values() if d else ():
+                if not r.ngram:  # its round was made (``_one_source`` may have taken it)
+                    self._mode_probed(r.law)
             out |= dict.fromkeys(adaptive, d)
         for rid, k in out.items():
             r = self._reqs[rid]
@@ -342,7 +358,9 @@ class DepthPolicy:
         ``law``."""
         r = self._reqs.get(req_id)
         mode = (r.greedy if r else False) if greedy is None else greedy
-        return self._acceptance(r, mode, first(self._pool(r.law if r else law, mode)))
+        law = r.law if r else law
+        a1 = first(self._pool(law, mode))
+        return self._acceptance(r, mode, a1, _deeper(law, mode, a1))
 
     def best(self, req_ids: Collection[str], floor: int = 0) -> int:
         """The d in 0..K maximizing the expected tokens per second of a step in which the
@@ -386,7 +404,7 @@ class DepthPolicy:
         model only (module docstring), probed on its own schedule (``probe`` over its own
         rounds); the drafter's own mode."""
         r.greedy = r.ngram = False
-        accept = self._acceptance(r, False, PRIOR_A)
+        accept = self._acceptance(r, False, PRIOR_A, PRIOR_A)
         rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
                  for d in range(self.k_max + 1)]
         favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
@@ -406,11 +424,12 @@ class DepthPolicy:
             return self.k_max if s.depth is None else min(s.depth, self.k_max)
         return min(s.schedule[i], self.k_max)
 
-    def _modes(self, reqs: list[_Req], greedy_items: bool) -> None:
+    def _modes(self, reqs: list[_Req], greedy_items: bool) -> dict[Hashable, _Req]:
         """Each adaptive request's drafting mode this step: its law's (``_law_mode``), and
         for one request of a law whose mode probe is due, the other; then its source
-        (``_source``)."""
-        probed = set()
+        (``_source``). Returns the requests probed by law (``_mode_probed`` once the step
+        gives them a round)."""
+        probed: dict[Hashable, _Req] = {}
         for r in reqs:
             if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
                 r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
@@ -418,9 +437,10 @@ class DepthPolicy:
                 choice = self._law_mode(r.law)
                 r.greedy = choice
                 if r.law not in probed and self._mode_probe_due(r.law, choice):
-                    probed.add(r.law)
+                    probed[r.law] = r
                     r.greedy = not choice
             r.ngram = self._source(r)
+        return probed
 
     def _source(self, r: _Req) -> bool:
         """n-gram drafts for ``r`` when their best expected tokens per second (its n-gram
@@ -459,8 +479,8 @@ class DepthPolicy:
 
     def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
         """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's."""
-        prior = _PRIOR_NGRAM if mode == NGRAM else PRIOR_A
-        return self._acceptance(r, mode, first(self._pool(r.law, mode), prior))
+        a1 = first(self._pool(r.law, mode), _PRIOR_NGRAM if mode == NGRAM else PRIOR_A)
+        return self._acceptance(r, mode, a1, _deeper(r.law, mode, a1))
 
     def _law_mode(self, law: Hashable) -> bool:
         """Greedy drafts for the law's requests once its greedy rounds (at least
@@ -471,23 +491,27 @@ class DepthPolicy:
                 and g.accepted[0] / g.tested[0] > first(self._pool(law, False)))
 
     def _mode_probe_due(self, law: Hashable, choice: bool) -> bool:
-        """Whether the law's mode probe is due at this step (its gap doubles per probe while
-        the law's choice stays the same)."""
+        """Whether the law's mode probe is due at this step. Its gap doubles per probe made
+        while the law's choice stays the same; a probe is made (``_mode_probed``) only at a
+        step that drafts: at one without drafts (a probe of the depth, or no depth paying)
+        the other mode had no round, and stays due."""
         every, now = self.setting.probe_every, self._adaptive_steps
         last, gap, due = self._mode_probes.get(law, (choice, every, now + every))
         if choice != last:
             gap, due = every, now + every
-        hit = now >= due
-        if hit:
-            gap = min(2 * gap, PROBE_MAX)
-            due = now + gap
         self._mode_probes[law] = (choice, gap, due)
-        return hit
+        return now >= due
 
-    def _acceptance(self, r: _Req | None, greedy: Hashable, first: float) -> list[float]:
+    def _mode_probed(self, law: Hashable) -> None:
+        choice, gap, _ = self._mode_probes[law]
+        gap = min(2 * gap, PROBE_MAX)
+        self._mode_probes[law] = (choice, gap, self._adaptive_steps + gap)
+
+    def _acceptance(self, r: _Req | None, greedy: Hashable, first: float, deeper: float
+                    ) -> list[float]:
         """Each position's own counts shrunk towards its prior: a_1's, ``first`` (the law's
         engine-wide estimate; PRIOR_A for a reproducible request); a deeper one's,
-        PRIOR_A. Engine-wide counts of a_j (j >= 2) would mislead:
+        ``deeper`` (``_deeper``). Engine-wide counts of a_j (j >= 2) would mislead:
         position j is tested only where drafts 1..j-1 were accepted, so those counts come
         from the requests that reach it most (greedy prose: a_1 ~ 1, a_2 ~ 0.05), not from
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
@@ -495,7 +519,7 @@ class DepthPolicy:
         own = r.counts[greedy] if r else None
         for j in range(self.k_max):
             t, a = (own.tested[j], own.accepted[j]) if own else (0.0, 0.0)
-            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else PRIOR_A))
+            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else deeper))
                        / (t + _PRIOR_ROUNDS))
         return out
 
