@@ -70,12 +70,12 @@ def _paired(costs, reps: int, seeds=(0, 1)) -> dict:
 def test_adaptive_keeps_up_with_fixed_k_where_k_pays():
     """bench-live's paired plan (every cell adaptive and pinned to fixed:3, alternating, one
     engine) on the trained pair's costs, where drafting K pays 1.4-2x: the adaptive rate
-    over fixed-K's, geometric mean of 12 repetitions per cell. Measured: cells 0.939-1.052,
-    all cells 0.990 (before the deeper positions' prior followed a sampled law's a_1:
-    0.941-1.019 and 0.986; before the probe bursts 0.957-1.048 and 0.989; the live paired
-    runs: bench/results/2026-12-02-paired.md)."""
+    over fixed-K's, geometric mean of 12 repetitions per cell. Measured: cells 0.963-1.013,
+    all cells 0.983 (before a new kind's first zero probe ran 4 steps and the deeper
+    positions' prior followed a sampled law's a_1: 0.941-1.019 and 0.986; before the probe
+    bursts 0.957-1.048 and 0.989; the live paired runs: bench/results/2026-12-02-paired.md)."""
     cells = _paired(TRAINED, reps=6)
-    assert min(cells.values()) >= 0.93, cells
+    assert min(cells.values()) >= 0.94, cells
     assert _gmean(list(cells.values())) >= 0.975, cells
 
 

@@ -88,10 +88,11 @@ def test_it_comes_within_5_percent_of_the_best_fixed_setting_in_bounded_rounds(n
 def test_the_probe_schedule_is_bounded_both_ways():
     """A deterministic schedule: while the estimates favour K, one step in 16 drafts K - 1,
     of those the first in every ZERO_EVERY (8) none for ZERO_LEN (2) steps (the step without
-    drafts timed at the second; a reproducible request's own schedule, which times nothing,
-    keeps K - 1); while they favour 0, bursts of PROBE_LEN steps at K, 64, 128, then 256
-    steps apart. So at most 9 steps in 128 draft a depth the estimates do not favour, and
-    while drafting is off never fewer than PROBE_LEN in PROBE_MAX."""
+    drafts timed at the second), the very first for PROBE_LEN (a reproducible request's own
+    schedule, which times nothing, keeps K - 1); while they favour 0, bursts of PROBE_LEN
+    steps at K, 64, 128, then 256 steps apart. So at most 9 steps in 128 draft a depth the
+    estimates do not favour (and PROBE_LEN more once), and while drafting is off never fewer
+    than PROBE_LEN in PROBE_MAX."""
     for favoured in (0, K):
         state = Probes()
         chosen = [probe(state, favoured, K) for _ in range(4096)]
@@ -101,8 +102,9 @@ def test_the_probe_schedule_is_bounded_both_ways():
             assert sum(1 for i in probes if i < n) <= n * share + PROBE_LEN, (favoured, n)
         gaps = [b - a for a, b in itertools.pairwise(probes)]
         if favoured == K:
-            assert set(gaps) == {1, 15, 16}  # a zero probe's two steps, then every 16th
-            assert [chosen[i] for i in probes[:ZERO_EVERY + 3]] == [0, 0] + [K - 1] * (
+            # the first zero probe's four steps, the others' two, then every 16th
+            assert set(gaps) == {1, 13, 15, 16}
+            assert [chosen[i] for i in probes[:ZERO_EVERY + 5]] == [0] * PROBE_LEN + [K - 1] * (
                 ZERO_EVERY - 1) + [0, 0]
             own = Probes()
             assert {probe(own, K, K, zero=False) for _ in range(4096)} == {K, K - 1}

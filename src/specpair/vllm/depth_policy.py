@@ -285,9 +285,10 @@ class DepthPolicy:
             reqs, floor = [self._reqs[rid] for rid in adaptive], max(out.values(), default=0)
             probed = self._modes(reqs, greedy_items)
             d = self._adaptive(reqs, self._one_source(reqs, floor))
-            for r in probed.values() if d else ():
-                if not r.ngram:  # its round was made (``_one_source`` may have taken it)
-                    self._mode_probed(r.law)
+            for law, r in probed.items() if d else ():
+                if not r.ngram:  # (``_one_source`` may have given it n-gram drafts)
+                    r.greedy = not r.greedy
+                    self._mode_probed(law)
             out |= dict.fromkeys(adaptive, d)
         for rid, k in out.items():
             r = self._reqs[rid]
@@ -425,10 +426,11 @@ class DepthPolicy:
         return min(s.schedule[i], self.k_max)
 
     def _modes(self, reqs: list[_Req], greedy_items: bool) -> dict[Hashable, _Req]:
-        """Each adaptive request's drafting mode this step: its law's (``_law_mode``), and
-        for one request of a law whose mode probe is due, the other; then its source
-        (``_source``). Returns the requests probed by law (``_mode_probed`` once the step
-        gives them a round)."""
+        """Each adaptive request's drafting mode this step, its law's (``_law_mode``), then
+        its source (``_source``). Returns, per law whose mode probe is due, the request that
+        drafts in the other mode if the step drafts (``depths``: the probe rides on a step
+        that drafts anyway; deciding the step's depth with it, a probe of a mode that does not
+        pay kept a one-request law from drafting until the probe was made)."""
         probed: dict[Hashable, _Req] = {}
         for r in reqs:
             if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
@@ -438,7 +440,6 @@ class DepthPolicy:
                 r.greedy = choice
                 if r.law not in probed and self._mode_probe_due(r.law, choice):
                     probed[r.law] = r
-                    r.greedy = not choice
             r.ngram = self._source(r)
         return probed
 

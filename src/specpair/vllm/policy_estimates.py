@@ -75,7 +75,10 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     twice the step without drafts), and timed first: a new kind of step (``DepthPolicy``'s
     batch size and law) drafts K from the prior until its t(0) is known. Two steps: the
     first step without drafts after drafted ones is not timed (live at c = 16 about one in
-    three such steps took 70-120 ms against 30-35). While not (favoured = 0): a burst of
+    three such steps took 70-120 ms against 30-35). The schedule's first one lasts PROBE_LEN
+    steps: its t(0) stands alone until the next, 128 steps on, and live at c = 16 one timed
+    step of 51 ms (the kind's steps without drafts: median 36.7) kept a new top-p kind
+    drafting its first 115 steps at about 100 ms. While not (favoured = 0): a burst of
     PROBE_LEN steps drafts K, the bursts PROBE_LEN * ``every`` steps apart, doubling up to
     PROBE_MAX while each finds drafting still does not pay; a burst ends early once the
     estimates favour its depth.
@@ -83,7 +86,8 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     the tokens committed meanwhile (the drafter's catch-up, not a depth's cost: not timed),
     so only the burst's later rounds time the round and the deeper positions. So while
     drafting, at most ZERO_EVERY + ZERO_LEN - 1 adaptive steps in ZERO_EVERY * ``every``
-    draft a depth the estimates do not favour (9 in 128), and while drafting is off, never
+    draft a depth the estimates do not favour (9 in 128; 11 in the first 128), and while
+    drafting is off, never
     fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
     state.steps += 1
     if state.left:
@@ -103,7 +107,7 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     state.due = state.steps + every
     state.made += 1
     if zero and state.made % ZERO_EVERY == 1:
-        state.depth, state.left = 0, ZERO_LEN - 1
+        state.depth, state.left = 0, (PROBE_LEN if state.made == 1 else ZERO_LEN) - 1
         return 0
     return favoured + 1 if favoured < k_max else favoured - 1
 
