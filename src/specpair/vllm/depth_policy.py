@@ -102,8 +102,12 @@ def _deeper(law: Hashable, mode: Hashable, a1: float) -> float:
     without drafts a few ms slower than its mean look worse than drafting. Otherwise PRIOR_A:
     greedy drafts and n-gram drafts are accepted all or nothing (a hard first draft, then
     likely ones), so a_1 says little of a_2."""
-    sampled_law = not (isinstance(law, tuple) and law[:1] == (True,))
-    return min(a1, PRIOR_A) if mode is False and sampled_law else PRIOR_A
+    return min(a1, PRIOR_A) if mode is False and not _greedy_law(law) else PRIOR_A
+
+
+def _greedy_law(law: Hashable) -> bool:
+    """Whether ``law`` (``sampling_law``'s value; () when not given) is T = 0's."""
+    return isinstance(law, tuple) and law[:1] == (True,)
 
 
 def _truncates(laws: Iterable[Hashable]) -> bool:
@@ -433,7 +437,7 @@ class DepthPolicy:
         pay kept a one-request law from drafting until the probe was made)."""
         probed: dict[Hashable, _Req] = {}
         for r in reqs:
-            if not greedy_items or (isinstance(r.law, tuple) and r.law[:1] == (True,)):
+            if not greedy_items or _greedy_law(r.law):
                 r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
             else:
                 choice = self._law_mode(r.law)
