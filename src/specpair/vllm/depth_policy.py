@@ -11,9 +11,10 @@ objective, estimates, probes and measurements are written once, in docs/performa
 for the step's adaptive requests, the one maximizing the step's expected tokens per second
 from earlier rounds' accepted counts and step times (d = 0, target-only, when no d > 0 beats
 it; the times fitted per kind of step, its batch size and law, over its own steps), with
-probes (``probe``: one step one depth off or two without drafts while drafting, bursts at K
-while not, so that what it turned off stays measured); greedy or sampled drafts per sampling
-law where the drafter serves both; per request, n-gram drafts (``specpair.vllm.ngram``: looked
+probes (``probe``: one step one depth off or two without drafts while drafting, four at a
+kind's first, bursts at K while not, so that what it turned off stays measured); greedy or
+sampled drafts per sampling law where the drafter serves both (the other mode tried by one
+request riding on a step that drafts); per request, n-gram drafts (``specpair.vllm.ngram``: looked
 up in its own history, no drafter round) instead of the drafter's when their expected tokens
 per second are higher. Their acceptance is measured every round whatever was drafted
 (``ngram_seen``: the lookup's drafts against the tokens the target committed), so that choice
