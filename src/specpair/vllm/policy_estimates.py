@@ -87,8 +87,7 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     so only the burst's later rounds time the round and the deeper positions. So while
     drafting, at most ZERO_EVERY + ZERO_LEN - 1 adaptive steps in ZERO_EVERY * ``every``
     draft a depth the estimates do not favour (9 in 128; 11 in the first 128), and while
-    drafting is off, never
-    fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
+    drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
     state.steps += 1
     if state.left:
         state.left -= 1
