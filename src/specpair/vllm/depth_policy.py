@@ -236,7 +236,7 @@ class DepthPolicy:
         laws = [self._reqs[rid].law for rid in self._step if rid in self._reqs]
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
                     round_s=self._round, requests=len(self._step), joined=self._joined,
-                    pinned=self._untimed, greedy=all(law and law[0] for law in laws),
+                    pinned=self._untimed, greedy=all(_greedy_law(law) for law in laws),
                     truncated=_truncates(laws), favoured=self._favoured)
         self._logged_depth = k
 
