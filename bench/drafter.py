@@ -13,6 +13,7 @@ The second table: the committed trained draft's round with the drafter's own Lla
 (specpair.drafter.llama_forward, as served) against the same model through transformers'
 ``LlamaForCausalLM`` forward, two engines driven by the same script with their rounds
 alternating in one loop (the rounds' bits are the same: tests/drafter/test_llama_forward.py).
+The third: what top-p 0.9 adds to the trained draft's round, against T = 1 alone.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ TRAINED = Path(__file__).resolve().parents[1] / "models" / "trained" / "draft"
 class _Target:
     """Drives one engine like a target would: committed tokens per request."""
 
-    def __init__(self, engine: DrafterEngine, b: int, seed: int, k: int = K) -> None:
-        self.engine, self.rng, self.k = engine, random.Random(seed), k
+    def __init__(self, engine: DrafterEngine, b: int, seed: int, k: int = K,
+                 top_p: float = 1.0) -> None:
+        self.engine, self.rng, self.k, self.top_p = engine, random.Random(seed), k, top_p
         self.hist = {r: [1] + [self.rng.randrange(10, 512) for _ in range(PROMPT - 1)]
                      for r in range(b)}
         self.new = {r: list(h) for r, h in self.hist.items()}
@@ -49,7 +51,7 @@ class _Target:
 
     def items(self, ids: list[int]) -> tuple[ProposeItem, ...]:
         return tuple(ProposeItem(r, torch.tensor(self.new[r]), self.acc[r], len(self.hist[r]),
-                                 self.k, RequestParams(1.0, 0, 1.0, r), None) for r in ids)
+                                 self.k, RequestParams(1.0, 0, self.top_p, r), None) for r in ids)
 
     def answer(self, got) -> None:  # noqa: ANN001
         for it in got.items:
@@ -115,17 +117,44 @@ def _forward_table(rounds: int = 60) -> None:
     print("| B | K | own forward ms/round | transformers ms/round | own / transformers |")
     print("|---|---|---|---|---|")
     for b, k in ((1, 3), (1, 5), (4, 3), (4, 5)):
-        targets = [_Target(DrafterEngine(m, tokenizer_fingerprint=bytes(32), wire_version=1),
-                           b, seed=b, k=k) for m in (own, hf)]
-        times: list[list[float]] = [[], []]
-        for i in range(rounds + 2):  # the first two (prompt prefill) are warm-up
-            for j in (0, 1) if i % 2 else (1, 0):
-                dt = targets[j].run(list(range(b)))
-                if i >= 2:
-                    times[j].append(dt * 1e3)
+        times = _alternate([_Target(DrafterEngine(m, tokenizer_fingerprint=bytes(32),
+                                                  wire_version=1), b, seed=b, k=k)
+                            for m in (own, hf)], b, rounds)
         (a, h) = (statistics.median(t) for t in times)
         cells = [f"{statistics.median(t):.2f} [{min(t):.2f}-{max(t):.2f}]" for t in times]
         print(f"| {b} | {k} | {cells[0]} | {cells[1]} | {a / h:.2f}x |")
+    _top_p_table()
+
+
+def _alternate(targets: list[_Target], b: int, rounds: int) -> list[list[float]]:
+    """Each target's round times (ms) for requests 0..b-1, ``rounds`` each, the two
+    targets' rounds alternating (which goes first, too), after two warm-up rounds (the
+    prompt's prefill)."""
+    times: list[list[float]] = [[], []]
+    for i in range(rounds + 2):
+        for j in (0, 1) if i % 2 else (1, 0):
+            dt = targets[j].run(list(range(b)))
+            if i >= 2:
+                times[j].append(dt * 1e3)
+    return times
+
+
+def _top_p_table(rounds: int = 60) -> None:
+    """What top-p costs a round: the trained draft's rounds at top-p 0.9 and at T = 1 alone,
+    alternating (the sampling core ranks each request's row at every position; the live
+    bench's c = 16 top-p rounds took about twice its T = 1 ones)."""
+    model = HFDraftModel(TRAINED)
+    print(f"\n## Drafter round, trained draft: top-p 0.9 vs T = 1 alone (K={K}, prompt "
+          f"{PROMPT}, {rounds} alternating rounds each, median [min-max])\n")
+    print("| B | top-p ms/round | T = 1 ms/round | top-p / T = 1 |")
+    print("|---|---|---|---|")
+    for b in (1, 4, 16):
+        times = _alternate([_Target(DrafterEngine(model, tokenizer_fingerprint=bytes(32),
+                                                  wire_version=1), b, seed=b, top_p=p)
+                            for p in (0.9, 1.0)], b, rounds)
+        (a, t) = (statistics.median(x) for x in times)
+        cells = [f"{statistics.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]" for x in times]
+        print(f"| {b} | {cells[0]} | {cells[1]} | {a / t:.2f}x |")
 
 
 if __name__ == "__main__":

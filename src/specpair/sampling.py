@@ -8,7 +8,8 @@ request" means:
 2. top-k (k > 0): keep the k largest scaled logits (ties broken by
    ``torch.topk``'s order, deterministically for a given input);
 3. top-p (p < 1): keep the smallest prefix of the remaining tokens, in
-   descending probability, whose mass reaches p (at least one token);
+   descending probability, whose mass reaches p (at least one token), and any token
+   exactly as likely as its last (a tie is kept whole, whatever a sort's order);
 4. renormalize: log-softmax over the kept tokens, -inf elsewhere.
 
 All arithmetic is fp32 on entry (``logits.float()``), matching vLLM's sampler.
@@ -20,6 +21,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from specpair.errors import BadSamplingParams
@@ -205,23 +207,24 @@ def truncated_law(
     x = _scaled(logits, params)
     greedy = params.greedy
     if bool((params.top_p < 1).any()):
-        x = _top_p_mask(_top_k_mask(x, params.top_k), params.top_p)
-        vals, ids = x.topk(max(int(torch.isfinite(x).sum(dim=-1).max()), 1), dim=-1)
+        x = _top_k_mask(x, params.top_k)
+        vals, ids = _support(x, _top_p_keep(x, params.top_p))
     else:
         k = torch.where(greedy, 1, params.top_k.clamp(max=v))
         vals, ids = x.topk(int(k.max()), dim=-1)
         vals = vals.masked_fill(torch.arange(vals.shape[1]) >= k.unsqueeze(1), float("-inf"))
+        # Canonical order: ascending token id, padding last. An inverse-CDF draw over
+        # the support then walks the vocabulary in the same order as a draw over the
+        # dense row, so a request's token never depends on its batch's encoding.
+        valid = torch.isfinite(vals)
+        order = torch.where(valid, ids, v).argsort(dim=-1)
+        vals, ids = vals.gather(1, order), torch.where(valid, ids, -1).gather(1, order)
     if bool(greedy.any()):
         vals[greedy] = float("-inf")
         vals[greedy, 0] = 0.0
+        ids[greedy] = -1
         ids[greedy, 0] = logits[greedy].argmax(dim=-1)
-    # Canonical order: ascending token id, padding last. An inverse-CDF draw over
-    # the support then walks the vocabulary in the same order as a draw over the
-    # dense row, so a request's token never depends on its batch's encoding.
-    valid = torch.isfinite(vals)
-    order = torch.where(valid, ids, v).argsort(dim=-1)
-    ids = torch.where(valid, ids, -1).gather(1, order)
-    return torch.log_softmax(vals.gather(1, order), dim=-1), ids
+    return torch.log_softmax(vals, dim=-1), ids
 
 
 def _scaled(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -242,15 +245,39 @@ def _top_k_mask(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.where((k == v).unsqueeze(1), x, out)
 
 
-def _top_p_mask(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    probs = torch.softmax(x, dim=-1)
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_p.cumsum(dim=-1) - sorted_p
-    drop_sorted = mass_before >= p.unsqueeze(1)
-    drop_sorted[:, 0] = False  # keep at least the most likely token
-    drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
-    drop &= (p < 1).unsqueeze(1)
-    return x.masked_fill(drop, float("-inf"))
+def _top_p_keep(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Which entries of x [B, V] (-inf: out already) each row keeps: under top-p (p < 1) the
+    tokens at least as likely as the last of the smallest prefix, in descending probability,
+    whose mass reaches p (at least the most likely token); every finite one where p = 1.
+
+    Only the probabilities are ranked, not the tokens: the prefix's last value is the
+    threshold. On the CPU numpy sorts them (a fraction of ``torch.sort``'s time, which also
+    ranks the ids; a drafter round at top-p ranks a row per request and position)."""
+    keep = torch.isfinite(x)
+    rows = (p < 1).nonzero().squeeze(1)
+    if rows.numel():
+        probs = torch.softmax(x[rows], dim=-1)
+        if probs.is_cpu:
+            ranked = torch.from_numpy(np.sort(probs.numpy(), axis=-1)[:, ::-1].copy())
+        else:
+            ranked = probs.sort(dim=-1, descending=True).values
+        before = ranked.cumsum(dim=-1) - ranked  # the mass ahead of each ranked value
+        last = ((before < p[rows].unsqueeze(1)).sum(dim=-1) - 1).clamp(min=0)
+        keep[rows] &= probs >= ranked.gather(1, last.unsqueeze(1))
+    return keep
+
+
+def _support(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The entries of x [B, V] that ``keep`` marks, each row's in ascending id order: (values
+    [B, S], ids [B, S]), padded with (-inf, -1) to the widest row's S (at least 1)."""
+    width = max(int(keep.sum(dim=-1).max()), 1)
+    r, c = keep.nonzero(as_tuple=True)  # row-major: each row's ids ascending
+    col = keep.cumsum(dim=-1)[r, c] - 1  # each entry's place in its row
+    vals = torch.full((x.shape[0], width), float("-inf"), dtype=x.dtype, device=x.device)
+    ids = torch.full((x.shape[0], width), -1, dtype=torch.int64, device=x.device)
+    vals[r, col] = x[r, c]
+    ids[r, col] = c
+    return vals, ids
 
 
 def sample_from_logp(weights_logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

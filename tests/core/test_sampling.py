@@ -55,6 +55,17 @@ def test_top_p_keeps_the_smallest_prefix_reaching_p():
     assert torch.isfinite(logp).tolist() == [[True, True, False, False]]
 
 
+def test_top_p_keeps_a_tie_at_the_prefix_end_whole():
+    """The prefix reaching 0.5 ends at one of two tokens of 0.3: both are kept, whichever a
+    sort would rank first (ranking the tokens kept one of the two)."""
+    probs = torch.tensor([[0.3, 0.4, 0.3], [0.3, 0.3, 0.4]])
+    logp = process_logits(probs.log(), SamplingParams.make(2, 1.0, top_p=0.5))
+    assert torch.isfinite(logp).all()
+    vals, ids = truncated_law(probs.log(), SamplingParams.make(2, 1.0, top_p=0.5))
+    assert ids.tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert torch.allclose(vals.exp(), probs)
+
+
 def test_temperature_scales_before_softmax():
     x = _logits(1, 2, 50)
     logp = process_logits(x, SamplingParams.make(2, 0.6))
