@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 # DRAFT stream) is not the vLLM seed that keys the verifier's own noise.
 _SEED_MIX = 0x9E3779B97F4A7C15
 _GREEDY_T = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it samples greedily
+# the new tokens of a request with none to send (every request at depth 0): one tensor, shared
+# and never written. A fresh torch.zeros(0) a request made V1's propose_remote for 16 requests
+# at depth 0 (stand-ins for vLLM's batch, one process) take 0.76-0.84 ms a step, 0.17-0.19 so
+_NO_TOKENS = torch.zeros(0, dtype=torch.int64)
 NGRAM_MODE = "ngram"  # the metrics' label of n-gram drafts (beside "greedy" and "sampled")
 
 
@@ -277,7 +281,7 @@ class Drafting:
                     k = 0  # nothing asked of the drafter for it this step
             start = session.needed_from(r.req_id, n) if k else n
             held = history.get(r.req_id)
-            new = (torch.zeros(0, dtype=torch.int64) if start >= n else tokens(i, start, n)
+            new = (_NO_TOKENS if start >= n else tokens(i, start, n)
                    if held is None else torch.from_numpy(held[start:n].astype(np.int64)))
             feats = None
             if spec is not None and k and features is not None:
