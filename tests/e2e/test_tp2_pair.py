@@ -290,6 +290,9 @@ def test_one_connection_one_round_per_step_and_accepted_counted_once(spec2):
           f"{r0['counters']['accepted_by'].get('ngram')}")
     assert sum(ngram) > 0  # n-gram drafts were in the mix (MIXED_PIN), counted like the others
     assert r0["mismatches"] == 0 and r1["mismatches"] == 0
+    # overlay patch 0006: every step's drafts came back with rank 0's output through the
+    # multiprocess executor, never by a take_draft_token_ids RPC of their own
+    assert spec2["draft_rpcs"] == 0
 
 
 def test_greedy_equals_target_only_tp2(spec2, ref2):

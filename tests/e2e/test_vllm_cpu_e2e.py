@@ -14,7 +14,9 @@ over loopback TCP. Three engine runs, shared by the tests of this module:
 - NOFIX: the same as SPEC's sampled phase on a copy with patch 0003 (the CPU
   expand fix) excluded: the power control; it also prepares every step as speculative, as
   vLLM without patch 0005 does (SPEC's steps without drafts skip the rejection sampler;
-  NOFIX's go through it: the control of that count).
+  NOFIX's go through it: the control of that count), and leaves each step's drafts off its
+  output, as vLLM without patch 0006 does (SPEC's engine core makes no draft RPC; NOFIX's
+  makes one a step: the control of that count).
 
 SPEC runs the depth policy as shipped (adaptive, its default); NOFIX pins it to K (the
 control's power must not depend on the policy stopping drafts it sees fail). One more run,
@@ -120,11 +122,12 @@ def runs(setup, ref):
         # the control drafts K every round: the adaptive policy would stop drafting once the
         # broken expand showed ~no acceptance, and the control would lose its power
         # it also prepares every step as speculative, as vLLM without patch 0005 does: the
-        # control of the sampling-path counts
+        # control of the sampling-path counts; and it fetches the drafts by RPC, as vLLM
+        # without patch 0006 does: the control of the draft-RPC count
         out["nofix"] = probe(nofix, pair.target, root / "nofix.log",
                              env={**env, "SPECPAIR_DEPTH_POLICY": "fixed"}, spec="remote",
                              prompts=PROMPTS, samples=N_NOFIX, sample_tokens=4,
-                             every_step_speculative=1)
+                             every_step_speculative=1, drafts_by_rpc=1)
         out["spec"] = probe(full, pair.target, root / "spec.log", env=env, spec="remote",
                             prompts=PROMPTS, greedy_tokens=GREEDY_TOKENS, samples=N_SPEC,
                             sample_tokens=4, repeat=4, kill_pid=drafter.proc.pid,
@@ -225,6 +228,19 @@ def test_only_steps_with_drafts_go_through_the_rejection_sampler(runs):
     assert spec["steps"] > spec["with_drafts"] > 0
     assert spec["rejection_sampler"] == spec["with_drafts"]
     assert control["rejection_sampler"] == control["steps"] > control["with_drafts"] > 0
+
+
+def test_the_drafts_come_back_with_the_step_output_not_by_rpc(runs):
+    """Patch 0006: the engine core reads each step's drafts off the step's output; it never
+    asks the worker for them with vLLM's take_draft_token_ids RPC. The control leaves them off
+    the output, as vLLM without 0006 does: then it asks once a step. (That the drafts so
+    delivered are the right ones is the law and greedy-equality tests of this module.)"""
+    spec, control = runs["spec"], runs["nofix"]
+    steps, control_steps = spec["sampling_paths"]["steps"], control["sampling_paths"]["steps"]
+    print(f"draft RPCs: {spec['draft_rpcs']} in {steps} steps; drafts by RPC: "
+          f"{control['draft_rpcs']} in {control_steps}")
+    assert spec["sampling_paths"]["with_drafts"] > 0 and spec["draft_rpcs"] == 0
+    assert control["draft_rpcs"] == control_steps > 0
 
 
 def test_drafter_killed_mid_run_every_request_completes_target_only(runs):

@@ -31,8 +31,11 @@ with RESULT_MARK carries the JSON report (vLLM logs to stdout too). Phases
 
 With --spec remote on one V1 rank the report counts the steps V1 prepared, those that carried
 drafts and the rejection sampler's calls (``sampling_paths``; overlay patch 0005 sends only
-the steps with drafts through it); --every-step-speculative prepares every step as
-speculative (1), as vLLM without patch 0005 does: the counts' control.
+the steps with drafts through it); at any TP size the report counts the engine core's
+``take_draft_token_ids`` calls to the executor (``draft_rpcs``; with overlay patch 0006 the
+drafts come back with each step's output instead). --every-step-speculative (1) prepares
+every step as speculative, as vLLM without patch 0005 does, and --drafts-by-rpc (1) leaves
+the drafts off the step's output, as vLLM without patch 0006 does: the counts' controls.
 
 Speculative decoding: --spec remote uses specpair's remote drafter
 (custom_class specpair.vllm.v1.RemoteProposer; the drafter address comes from
@@ -60,9 +63,27 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
+def _core(llm):  # noqa: ANN001, ANN202
+    return llm.llm_engine.engine_core.engine_core
+
+
 def _runner(llm):  # noqa: ANN001, ANN202
-    core = llm.llm_engine.engine_core.engine_core
-    return core.model_executor.driver_worker.worker.model_runner
+    return _core(llm).model_executor.driver_worker.worker.model_runner
+
+
+def _count_draft_rpcs(llm) -> dict:  # noqa: ANN001
+    """The engine core's take_draft_token_ids calls to the executor, counted as it runs (the
+    engine core is in this process at any TP size)."""
+    counts = {"calls": 0}
+    executor = _core(llm).model_executor
+    take = executor.take_draft_token_ids
+
+    def taken():  # noqa: ANN202
+        counts["calls"] += 1
+        return take()
+
+    executor.take_draft_token_ids = taken
+    return counts
 
 
 def _count_sampling_paths(runner) -> dict:  # noqa: ANN001  (a V1 GPUModelRunner)
@@ -164,6 +185,7 @@ def main() -> int:
     ap.add_argument("--fault-phases", default="none", help="comma-separated phase names")
     ap.add_argument("--top-k-only", type=int, default=0)
     ap.add_argument("--every-step-speculative", type=int, default=0)
+    ap.add_argument("--drafts-by-rpc", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--repeat-seed", type=int, default=7)
     ap.add_argument("--rescore", default=None)
@@ -188,12 +210,16 @@ def main() -> int:
               enforce_eager=True, speculative_config=spec, disable_log_stats=False, seed=0,
               **tp)
     report: dict = {"vllm_file": vllm.__file__, "start_s": time.perf_counter() - t0}
-    paths = None
+    paths = rpcs = None
+    if args.spec == "remote":
+        rpcs = _count_draft_rpcs(llm)
     if args.spec == "remote" and args.tp == 1 and hasattr(_runner(llm), "rejection_sampler"):
-        if args.every_step_speculative:
-            import specpair.vllm.v1
+        import specpair.vllm.v1
 
+        if args.every_step_speculative:
             specpair.vllm.v1.speculative_step = lambda runner, scheduler_output: True
+        if args.drafts_by_rpc:
+            specpair.vllm.v1.attach_drafts = lambda runner, output: None
         paths = _count_sampling_paths(_runner(llm))
     prompts = [{"prompt_token_ids": p} for p in json.loads(args.prompts)]
 
@@ -316,6 +342,8 @@ def main() -> int:
         report["verify_counters"] = asdict(VERIFY_COUNTERS)
     if paths is not None:
         report["sampling_paths"] = paths
+    if rpcs is not None:
+        report["draft_rpcs"] = rpcs["calls"]
     report["spec_metrics"] = _spec_metrics(llm)
     print(RESULT_MARK + json.dumps(report), flush=True)  # vLLM logs to stdout too
     return 0

@@ -6,7 +6,8 @@ vLLM carrying the overlay (patch 0001 routes ``custom_class`` proposers that set
 ``specpair_remote`` to ``propose_remote`` below, and replaces the "falling back
 to legacy" point-mass path with ``drop_drafts``, and, for this proposer, the
 whole-batch point mass of drafts without q with ``drop_all_drafts``; patch 0005 lets a
-step in which no request carries drafts sample as a target-only step, ``speculative_step``).
+step in which no request carries drafts sample as a target-only step, ``speculative_step``;
+patch 0006 sends each step's drafts back with its output, ``attach_drafts``).
 
 Per step, on every tensor-parallel rank, ``propose_remote`` translates V1's batch for the
 drafting protocol (``specpair.vllm.drafting``: rank 0 drafts, every rank gets its result,
@@ -38,10 +39,11 @@ from specpair.vllm.drafting import Drafting, RequestStep, digest
 from specpair.vllm.errors import OverlayNotApplied
 from specpair.vllm.metrics import target_metrics
 from specpair.vllm.policy_setting import PIN_ARG
+from specpair.vllm.step_drafts import ATTR as DRAFTS_ATTR
 from specpair.vllm.tp import tp_group
 
 __all__ = ["RemoteProposer", "QRows", "propose_remote", "drop_drafts", "drop_all_drafts",
-           "speculative_step", "VERIFY_COUNTERS"]
+           "speculative_step", "attach_drafts", "VERIFY_COUNTERS"]
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +195,15 @@ def speculative_step(runner: Any, scheduler_output: Any) -> bool:
     if model.is_hybrid or model.has_inner_state or model.is_attention_free:
         return True
     return any(scheduler_output.scheduled_spec_decode_tokens.values())
+
+
+def attach_drafts(runner: Any, output: Any) -> None:
+    """Patch 0006, end of ``sample_tokens``: this step's drafts, exactly what the engine core's
+    ``take_draft_token_ids`` RPC would fetch next (nothing in the worker runs between the two),
+    go back with the step's ``ModelRunnerOutput`` (``specpair.vllm.step_drafts``). Not under
+    async scheduling, where vLLM's engine core asks for no drafts."""
+    if not runner.use_async_scheduling:
+        setattr(output, DRAFTS_ATTR, runner.take_draft_token_ids())
 
 
 def drop_drafts(metadata: Any, batch_index: int, num_draft: int, like: torch.Tensor,
