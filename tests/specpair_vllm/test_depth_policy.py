@@ -5,12 +5,13 @@ and that its choices depend on earlier rounds only."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from specpair.vllm import depth_policy
+from specpair.vllm import depth_policy, policy_estimates
 from specpair.vllm.depth_policy import DepthPolicy, sampling_law
 from specpair.vllm.metrics import TargetMetrics
 from specpair.vllm.policy_estimates import PROBE_LEN, ZERO_LEN, Fit, expected_tokens, probe
@@ -88,7 +89,7 @@ def test_one_slow_step_at_a_rare_depth_does_not_lift_the_line():
         fit.add(3, 0.014, step)
     fit.add(3, 0.099, 50)
     fit.add(2, 0.075, 51)
-    # K's mean, its one slow round in it (16.6 ms); the line through both read 46 ms
+    # K's mean, its one slow round in it clipped to 28 ms (14.3); the line through both read 46
     assert fit.time(1) == fit.time(3) < 0.017
 
 
@@ -664,3 +665,56 @@ def test_a_reproducible_request_that_stops_drafting_probes_its_way_back():
                                lambda k, step: 0 if step < 30 else k)
     assert 0 in chosen[:30]  # nothing accepted: it stops drafting ...
     assert chosen[-1] > 0  # ... and a probe finds the acceptance back
+
+
+# the trace after bench/results/2026-12-06-live-r8.md (prose, top-p 0.9, c = 16): the
+# adaptive requests' steps without drafts, as its step log timed them from the kind's first
+# probe on, the slow cluster at the 12th and 13th
+TRACE_ZERO_MS = (28.4, 27.9, 28.8, 38.4, 29.6, 28.4, 28.8, 35.6, 28.0, 28.6, 28.1, 117.2, 127.5)
+
+
+def test_a_cluster_of_two_slow_steps_does_not_switch_drafting_on(monkeypatch):
+    """16 top-p requests whose drafts are accepted with 0.5: drafted steps of 55, 67 and 77
+    ms at 1, 2 and 3 (rounds of 10, 15 and 20), steps without drafts as the trace timed
+    them, then 29.9 ms: a token every 36.7, 38.3 or 41.1 ms drafting, every 30 ms not. From
+    step 30 on the policy drafts only its probe bursts, t(0) under 40 ms at step 100. The
+    control, a step counted at any multiple of its depth's mean (as before ``CLIP``): t(0) 47
+    ms after the cluster, and the policy drafted at depth 2 from step 28 until its next probe
+    without drafts, 128 steps on (this t(0) rested on the kind's 12 steps), as live.
+    """
+    def drafted() -> tuple[int, float]:
+        clock = Clock()
+        p = DepthPolicy(3, clock=clock)
+        reqs = [f"r{i}" for i in range(16)]
+        rng = random.Random(0)
+        law, sampled, last, zeros, ks = sampling_law(1.0, top_p=0.9), {}, 0, 0, []
+        t0 = 0.0  # at step 100
+        for _ in range(160):
+            if last:
+                clock.now += (0.055, 0.067, 0.077)[last - 1]
+            else:
+                timed = zeros < len(TRACE_ZERO_MS)
+                clock.now += TRACE_ZERO_MS[zeros] / 1e3 if timed else 0.0299
+                zeros += 1
+            p.begin(set(reqs))
+            for r in reqs:
+                p.observe(r, sampled.get(r, 1), law=law)
+            ds = p.depths()
+            for r, d in ds.items():
+                p.handed(r, d)
+                a = 0
+                while a < d and rng.random() < 0.5:
+                    a += 1
+                sampled[r] = 1 + a
+            last = max(ds.values())
+            p.round_time((0.010, 0.015, 0.020)[last - 1] if last else None)
+            ks.append(last)
+            t0 = p.time(0) if len(ks) == 100 else t0
+        return sum(k > 0 for k in ks[30:]), t0
+
+    steps, t0 = drafted()
+    assert steps <= 2 * PROBE_LEN
+    assert t0 < 0.040
+    monkeypatch.setattr(policy_estimates, "CLIP", math.inf)
+    steps, t0 = drafted()
+    assert steps >= 90 and t0 > 0.045  # the control

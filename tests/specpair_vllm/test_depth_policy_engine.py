@@ -44,7 +44,8 @@ def _requests_joining(policy: DepthPolicy, clock: SimClock, extra_at: int | None
 def test_a_requests_prefill_and_first_round_are_not_timed():
     """The same schedule with each request's one-off costs where it joins (as the engine
     has them) and without them: the same fits, the same depths. The control: the same
-    costs one step later (as if they were a depth's cost) do reach the fits."""
+    costs one step later (as if they were a depth's cost) do reach the fits (each step clipped
+    at twice its depth's mean, ``CLIP``: the rest's line 14 % higher, not several times)."""
     runs = {}
     for extra_at in (0, None, 1):
         clock = SimClock()
@@ -56,7 +57,7 @@ def test_a_requests_prefill_and_first_round_are_not_timed():
         assert at_join._kinds[bucket][0].coef == pytest.approx(fit.coef, rel=1e-9)
         assert at_join._kinds[bucket][1].coef == pytest.approx(round_fit.coef, rel=1e-9)
     late = runs[1][1]
-    assert late.time(3) > 1.2 * none.time(3)  # the control: the extras were learned
+    assert late.fit.coef[0] > 1.1 * none.fit.coef[0]  # the control: the extras were learned
 
 
 def _paired(costs, reps: int, seeds=(0, 1)) -> dict:

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 
 from specpair.vllm.policy_setting import PROBE_EVERY
 
-__all__ = ["DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT", "ZERO_EVERY",
-           "ZERO_LEN", "Counts", "Estimates", "Fit", "Probes", "count", "expected_tokens", "first",
-           "probe"]
+__all__ = ["CLIP", "DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT",
+           "ZERO_EVERY", "ZERO_LEN", "Counts", "Estimates", "Fit", "Probes", "count",
+           "expected_tokens", "first", "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
 PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
 DECAY = 0.98  # weight kept by older observations per new one (engine-wide counts, cost fit)
+CLIP = 2.0  # a step time counts at most this many times its depth's decayed mean so far
 PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
 POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
 SLOPE_WEIGHT = 0.1  # depths' worth of that prior slope in the fit (a depth weighs at most 1)
@@ -136,7 +137,10 @@ class Fit:
     ``prior`` * a. With ``jump``, t(0) is depth 0's own mean once another depth is timed too,
     and the line goes through the other depths only: the verify jumps once there are drafts
     (at c = 16 the rest of a step without drafts is 33 ms under top-p, 50-53 at 2 and 56-59
-    at 3), and a line through all of them puts t(0) high, the more so the less depth 0 weighs."""
+    at 3), and a line through all of them puts t(0) high, the more so the less depth 0 weighs.
+    An observation counts at most CLIP times its depth's mean so far: a depth observed a dozen
+    times is moved by a cluster of two slow steps by a fifth, not by half (live at c = 16, a
+    new top-p kind's t(0) went from 30 to 47 ms on two steps of 117 and 127 ms; clipped, 36)."""
 
     prior: float  # b / a before the data show a slope
     coef: tuple[float, float]  # (a, b); until timed, in relative units
@@ -156,6 +160,8 @@ class Fit:
         for s in self.sums.values():
             s[0], s[1] = d * s[0], d * s[1]
         s = self.sums.setdefault(x, [0.0, 0.0])
+        if s[0] > 0:
+            y = min(y, CLIP * s[1] / s[0])
         s[0], s[1] = s[0] + 1, s[1] + y
         points = [(k, min(1.0, w), sy / w) for k, (w, sy) in self.sums.items() if w > 0]
         self.zero = None
