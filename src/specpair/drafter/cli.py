@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     import torch
     import transformers
 
-    from specpair.drafter.engine import DrafterEngine
+    from specpair.drafter.engine import DrafterEngine, freeze_heap
     from specpair.drafter.model import HFDraftModel
     from specpair.models.tokenizer import fingerprint
     from specpair.wire.codec.header import LIMITS, VERSION
@@ -204,6 +204,7 @@ def _run(args: argparse.Namespace) -> int:
             draft_top_k=args.draft_top_k, max_depth=args.max_depth, metrics=metrics,
             idle_release_s=args.idle_release_s, max_requests=args.max_requests,
             max_history=args.max_history, max_held_tokens=args.max_held_tokens)
+        metrics.set_frozen(freeze_heap())
         readiness.engine_loaded(args.mode)
         threading.Thread(target=_expire_idle, name="expire-idle", daemon=True,
                          args=(engine, min(5.0, args.idle_release_s / 2), stop_expiry)).start()

@@ -4,7 +4,8 @@ Counters: rounds, requests by status, drafted tokens, history disagreements,
 drafting failures (bugs: the request was answered REFUSED), requests evicted over
 ``--max-requests``, target connections authenticated and connections closed idle or
 stalled; a gauge of live
-requests; a histogram of the time to answer one PROPOSE.
+requests and of the objects frozen out of the garbage collector's scans at start
+(``specpair.drafter.engine.freeze_heap``); a histogram of the time to answer one PROPOSE.
 ``serve_metrics`` exposes them on ``GET /metrics`` with a plain http.server,
 and ``GET /healthz``: 200 and a small JSON object once the draft model is
 loaded and the wire server listens, 503 before (and while stopping). Health
@@ -41,6 +42,7 @@ class Metrics:
         self.evicted = 0  # requests evicted least recently used over the live-request bound
         self.stalled = 0  # connections closed idle or mid-frame past their timeout
         self.connections = 0  # target connections that passed the handshake
+        self.frozen = 0  # objects frozen out of the garbage collector's scans at start
         self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # last one is +Inf
         self._sum = 0.0  # total seconds observed
 
@@ -71,6 +73,10 @@ class Metrics:
     def count_connection(self) -> None:
         with self._lock:
             self.connections += 1
+
+    def set_frozen(self, objects: int) -> None:
+        with self._lock:
+            self.frozen = objects
 
     def set_live(self, live: int) -> None:
         with self._lock:
@@ -115,6 +121,10 @@ class Metrics:
                 f"# HELP {p}live_requests Requests whose state the drafter holds.",
                 f"# TYPE {p}live_requests gauge",
                 f"{p}live_requests {self.live}",
+                f"# HELP {p}gc_frozen_objects Objects frozen out of the garbage collector's "
+                "scans once the model was loaded (0: every collection scans them).",
+                f"# TYPE {p}gc_frozen_objects gauge",
+                f"{p}gc_frozen_objects {self.frozen}",
                 f"# HELP {p}round_seconds Time to answer one PROPOSE.",
                 f"# TYPE {p}round_seconds histogram",
             ]
