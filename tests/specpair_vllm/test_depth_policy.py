@@ -398,6 +398,25 @@ def test_the_step_without_drafts_is_timed_apart_and_not_where_drafting_switches_
     assert p.time(0) == pytest.approx(0.030)  # the switching steps are not in it
 
 
+def _top_p_step(p: DepthPolicy, sampled: dict[str, int], rng: random.Random,
+                accept: float) -> int:
+    """One decode step of 16 top-p requests: each observed with what it committed at the
+    last step (``sampled``), its depth asked for and handed, each draft accepted with
+    ``accept`` given the ones before it were. Returns the step's largest depth."""
+    reqs = [f"r{i}" for i in range(16)]
+    p.begin(set(reqs))
+    for r in reqs:
+        p.observe(r, sampled.get(r, 1), law=sampling_law(1.0, top_p=0.9))
+    ds = p.depths()
+    for r, d in ds.items():
+        p.handed(r, d)
+        a = 0
+        while a < d and rng.random() < accept:
+            a += 1
+        sampled[r] = 1 + a
+    return max(ds.values())
+
+
 def test_a_new_kinds_first_step_without_drafts_is_timed_on_more_than_one_step(monkeypatch):
     """A new kind of step, 16 top-p requests, as bench-live's step log read its first cell at
     c = 16: drafted steps of 100 ms (a round of 36), steps without drafts of 37 ms once they
@@ -409,24 +428,13 @@ def test_a_new_kinds_first_step_without_drafts_is_timed_on_more_than_one_step(mo
     def drafted() -> int:
         clock = Clock()
         p = DepthPolicy(3, clock=clock)
-        reqs = [f"r{i}" for i in range(16)]
         rng = random.Random(0)
-        law, sampled, last, since, ks = sampling_law(1.0, top_p=0.9), {}, 0, 9, []
+        sampled, last, since, ks = {}, 0, 9, []
         slow = (0.045, 0.051, 0.043)  # the first three steps without drafts after drafted ones
         for _ in range(128):
             since = 0 if last else since + 1
             clock.now += 0.100 if last else slow[since - 1] if since <= 3 else 0.037
-            p.begin(set(reqs))
-            for r in reqs:
-                p.observe(r, sampled.get(r, 1), law=law)
-            ds = p.depths()
-            for r, d in ds.items():
-                p.handed(r, d)
-                a = 0
-                while a < d and rng.random() < 0.6:
-                    a += 1
-                sampled[r] = 1 + a
-            last = max(ds.values())
+            last = _top_p_step(p, sampled, rng, 0.6)
             p.round_time(0.036 if last else None)
             ks.append(last)
         return sum(k > 0 for k in ks[24:])
@@ -685,9 +693,8 @@ def test_a_cluster_of_two_slow_steps_does_not_switch_drafting_on(monkeypatch):
     def drafted() -> tuple[int, float]:
         clock = Clock()
         p = DepthPolicy(3, clock=clock)
-        reqs = [f"r{i}" for i in range(16)]
         rng = random.Random(0)
-        law, sampled, last, zeros, ks = sampling_law(1.0, top_p=0.9), {}, 0, 0, []
+        sampled, last, zeros, ks = {}, 0, 0, []
         t0 = 0.0  # at step 100
         for _ in range(160):
             if last:
@@ -696,17 +703,7 @@ def test_a_cluster_of_two_slow_steps_does_not_switch_drafting_on(monkeypatch):
                 timed = zeros < len(TRACE_ZERO_MS)
                 clock.now += TRACE_ZERO_MS[zeros] / 1e3 if timed else 0.0299
                 zeros += 1
-            p.begin(set(reqs))
-            for r in reqs:
-                p.observe(r, sampled.get(r, 1), law=law)
-            ds = p.depths()
-            for r, d in ds.items():
-                p.handed(r, d)
-                a = 0
-                while a < d and rng.random() < 0.5:
-                    a += 1
-                sampled[r] = 1 + a
-            last = max(ds.values())
+            last = _top_p_step(p, sampled, rng, 0.5)
             p.round_time((0.010, 0.015, 0.020)[last - 1] if last else None)
             ks.append(last)
             t0 = p.time(0) if len(ks) == 100 else t0
