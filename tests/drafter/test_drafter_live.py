@@ -164,11 +164,16 @@ def test_live_rounds_are_verified_and_counted(live: dict) -> None:
     assert "specpair_drafter_drafted_tokens_total 54" in text
 
 
-def _live_requests(metrics: str) -> float:
+def _gauge(metrics: str, name: str) -> float:
+    """The value of the drafter's unlabelled metric ``name``, read from its /metrics."""
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as r:
         text = r.read().decode()
     return float(next(line.split()[1] for line in text.splitlines()
-                      if line.startswith("specpair_drafter_live_requests ")))
+                      if line.startswith(f"{name} ")))
+
+
+def _live_requests(metrics: str) -> float:
+    return _gauge(metrics, "specpair_drafter_live_requests")
 
 
 def test_the_loaded_heap_is_frozen_out_of_garbage_collection(live: dict) -> None:
@@ -176,10 +181,7 @@ def test_the_loaded_heap_is_frozen_out_of_garbage_collection(live: dict) -> None
     transformers, the model: never garbage), so that a full collection does not scan it
     (with the trained pair 377,000 objects, 180 ms a collection on a 2-core box, stalling
     the rounds in flight). Without ``freeze_heap`` the gauge reads 0."""
-    with urllib.request.urlopen(f"http://{live['drafter'].metrics}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    frozen = float(next(line.split()[1] for line in text.splitlines()
-                        if line.startswith("specpair_drafter_gc_frozen_objects ")))
+    frozen = _gauge(live["drafter"].metrics, "specpair_drafter_gc_frozen_objects")
     assert frozen > 50_000  # torch and transformers imported: about 206,000 objects
 
 
