@@ -30,13 +30,13 @@ START_TIMEOUT_S = 900  # an engine start takes ~25 s alone, minutes on a loaded 
 ENGINE_MB = 2800
 # The engine's environment (docs/performance.md "Live benchmark"); the drafter deadline is
 # specpair's default.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-              "HF_HUB_OFFLINE": "1"}
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def engine_env() -> dict[str, str]:
     """ENGINE_ENV plus what a vllm-cpu target wants in its process environment (Intel OpenMP
-    preloaded, its workers not spinning: ``specpair.vllm.cpu_env``)."""
+    preloaded, one of its threads bound to each CPU this process may run on:
+    ``specpair.vllm.cpu_env``)."""
     return {**ENGINE_ENV, **cpu_target_env()}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpair.vllm.cpu_env import IOMP, cpu_target_env
+from specpair.vllm.cpu_env import IOMP, cpu_target_env, omp_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,11 +27,23 @@ def test_the_image_and_the_local_pair_set_what_cpu_target_env_says():
         "LD_PRELOAD": image_lib,
         "KMP_BLOCKTIME": "0",
         "TORCH_COMPILE_DISABLE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
     if want is not None:  # inside the image: the function itself
-        assert want == expected
+        assert {k: want[k] for k in expected} == expected
     assert {k: env[k] for k in expected} == expected
+    # the compose file cannot know its container's CPUs (cpu_env.py): unbound there
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_the_target_binds_one_openmp_thread_to_each_cpu_it_may_run_on(monkeypatch):
+    """vLLM's list of the CPUs this process may run on, one OpenMP thread each (cpu_env.py
+    says what unbound threads cost on the bench box)."""
+    assert omp_cpus({3, 2, 5}) == "2,3,5"
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {1, 0})
+    assert omp_cpus() == "0,1"
+    lib = Path(sys.prefix) / "lib" / IOMP
+    if lib.is_file():
+        assert cpu_target_env()["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
 
 
 def test_every_cpu_tp2_rank_runs_without_inductor():

@@ -11,8 +11,23 @@ took target-only at T = 0 from 220 to 379 tok/s (measured with and without).
 ``KMP_BLOCKTIME=0``: Intel OpenMP's workers otherwise spin for 200 ms after every parallel
 region; on a box where the drafter shares the target's cores (the local pair) they would burn
 the cores the drafter's round needs while the target waits for it. The target and the drafter
-alternate within a decode round, so the target keeps every core (``VLLM_CPU_OMP_THREADS_BIND``
-``nobind``: vLLM's per-core binding assumes it owns them all).
+alternate within a decode round, so the target keeps every core.
+
+``VLLM_CPU_OMP_THREADS_BIND``: the CPUs this process may run on (``omp_cpus``), one OpenMP
+thread bound to each. vLLM then sets its worker's ``KMP_AFFINITY`` to that list and
+``KMP_BLOCKTIME`` to 5 ms (``vllm/utils/ompmultiprocessing.py``), overriding the 0 above in the
+worker. Unbound (``nobind``), the worker's two threads shared the two cores of the bench box
+with the engine core, which polls the worker's answers with ``sched_yield`` (vLLM's
+``SpinCondition``: 80 % of a core here), and the scheduler now and then ran both threads on one
+core: steps 2-4x as long, most often near drafted steps. Measured 2026-12-06 on one engine,
+16 top-p streams pinned to drafting 3 every 8th step, then to fixed:0, 4 times a run: unbound
+(three runs), steps without drafts within 7 steps of a drafted one took 29.6-37.2 ms at the
+median and 31.6-46.3 on average, 9-23 % of them over 45 ms, fixed:0 steps 30.3-33.8 / 31.4-35.7,
+drafted steps 63.8-76.7 ms at the median; bound (one run), 22.6-24.5 / 24.3-25.8 with 1 % over
+45 ms, fixed:0 24.4 / 25.7, drafted steps 56.2, the round 19.8 ms in both. Unbound with
+``KMP_BLOCKTIME=5`` read between (fixed:0 27.6 / 28.2); an engine core that does not spin (it
+waits on its socket instead) made every step slower (37.5 ms without drafts). `make up`'s
+compose file keeps ``nobind``: a container's CPUs are not known when the file is written.
 
 ``TORCH_COMPILE_DISABLE=1``: the engines run eager (``--enforce-eager``), but at tensor
 parallelism 2 vLLM's vocabulary-parallel embedding masks its input through a function under
@@ -36,20 +51,29 @@ a venv's vLLM use ``cpu_target_env``.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["IOMP", "cpu_target_env"]
+__all__ = ["IOMP", "cpu_target_env", "omp_cpus"]
 
 IOMP = "libiomp5.so"  # Intel OpenMP, from the intel-openmp wheel (venv lib/)
 
 
+def omp_cpus(cpus: Collection[int] | None = None) -> str:
+    """One rank's ``VLLM_CPU_OMP_THREADS_BIND``: ``cpus`` (default: those this process may run
+    on) as vLLM's comma-separated list."""
+    return ",".join(str(c) for c in sorted(os.sched_getaffinity(0) if cpus is None else cpus))
+
+
 def cpu_target_env(prefix: str | Path = sys.prefix) -> dict[str, str]:
-    """The environment to start a vllm-cpu target with, for the venv at ``prefix``.
+    """The environment to start a single-rank vllm-cpu target with, for the venv at ``prefix``,
+    from this process (its CPUs: ``omp_cpus``).
 
     Raises FileNotFoundError when that venv has no Intel OpenMP (not a vllm-cpu venv)."""
     iomp = Path(prefix) / "lib" / IOMP
     if not iomp.is_file():
         raise FileNotFoundError(f"{iomp} is missing: is {prefix} a vllm-cpu venv?")
     return {"LD_PRELOAD": str(iomp), "KMP_BLOCKTIME": "0", "TORCH_COMPILE_DISABLE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+            "VLLM_CPU_OMP_THREADS_BIND": omp_cpus()}
