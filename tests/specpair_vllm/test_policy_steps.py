@@ -61,6 +61,13 @@ def test_every_step_is_logged_as_the_policy_saw_it(tmp_path, monkeypatch):
     assert [s["truncated"] for s in lines] == [False, True, True, True, True, False]
     # what the adaptive estimates favoured (the step of the pinned request alone: none)
     assert [s["favoured"] for s in lines] == favoured[:5] + [None]
+    # ... and from what: the fitted times and the mean acceptance (none with no favoured)
+    adaptive = [s for s in lines if s["favoured"] is not None]
+    assert adaptive and all(len(s["rest_ms"]) == len(s["round_ms"]) == 4
+                            and len(s["accept"]) == 3 for s in adaptive)
+    assert all(s["rest_ms"] is s["round_ms"] is s["accept"] is None
+               for s in lines if s["favoured"] is None)
+    assert all(s["round_ms"][0] == 0 for s in adaptive)  # no round without drafts
     assert not any(s["greedy"] for s in lines)
     rows = summary(path.read_text().splitlines())  # the steps no request joined
     assert [(r["truncated"], r["pinned"], r["steps"]) for r in rows] == [

@@ -234,10 +234,15 @@ class DepthPolicy:
     def _log_step(self, steps: StepLog, gap: float, k: int) -> None:
         """The last step, as ``begin`` is about to time it (``policy_steps``)."""
         laws = [self._reqs[rid].law for rid in self._step if rid in self._reqs]
+        e = self.estimates if self._favoured is not None else None
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
                     round_s=self._round, requests=len(self._step), joined=self._joined,
                     pinned=self._untimed, greedy=all(_greedy_law(law) for law in laws),
-                    truncated=_truncates(laws), favoured=self._favoured)
+                    truncated=_truncates(laws), favoured=self._favoured,
+                    rest_ms=None if e is None else [round(1e3 * x, 2) for x in e.rest_seconds],
+                    round_ms=None if e is None else [round(1e3 * x, 2)
+                                                     for x in e.round_seconds],
+                    accept=None if e is None else [round(a, 3) for a in e.accept])
         self._logged_depth = k
 
     @staticmethod

@@ -8,9 +8,11 @@ round; null: none), ``requests``, ``joined`` (a request joined: its prefill is i
 so the policy does not time it), ``pinned`` (a request outside the adaptive estimates: not
 timed either), ``greedy`` and ``truncated`` (every request greedy; any under top-p or
 top-k), ``favoured`` (the depth the adaptive estimates favoured; another ``depth``: a probe's
-or a pinned request's; null: no adaptive request), ``pid``. A file that cannot be opened or
-written is logged once and the engine runs on without the log. ``summary`` groups the lines
-(``python -m bench.live.trace --steps``).
+or a pinned request's; null: no adaptive request), and what it was favoured from (null
+with it): ``rest_ms`` and ``round_ms`` (the fitted rest of the step and PROPOSE round at
+each depth 0..K) and ``accept`` (the step's adaptive requests' mean a_1..a_K), ``pid``. A
+file that cannot be opened or written is logged once and the engine runs on without the log.
+``summary`` groups the lines (``python -m bench.live.trace --steps``).
 """
 
 from __future__ import annotations
