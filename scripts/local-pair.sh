@@ -11,7 +11,9 @@
 #   SPECPAIR_METRICS_PORT [9360], SPECPAIR_DEPTH [3], UP_TIMEOUT_S [300],
 #   SPECPAIR_PROJECT [specpair-local] (the compose project: another name, other ports and
 #   another SPECPAIR_KEY_FILE run a second pair beside the first, as tests/images/
-#   test_pair_restart.py does), SPECPAIR_KEY_FILE [build/up/specpair.key]; image build
+#   test_pair_restart.py does), SPECPAIR_KEY_FILE [build/up/specpair.key], SPECPAIR_OMP_CPUS
+#   [the CPUs this script may run on: the TP = 1 target's OpenMP threads, one bound to each;
+#   nobind leaves them free]; image build
 #   variables as images/bin/image-build.sh (CA_BUNDLE, WHEELHOUSE).
 # Every step prints its time when it ends, and a line every 10 s while it runs silent; `up`
 # ends with the time of each step.
@@ -33,6 +35,11 @@ export SPECPAIR_TARGET_PORT=${SPECPAIR_TARGET_PORT:-8360}
 export SPECPAIR_DRAFTER_PORT=${SPECPAIR_DRAFTER_PORT:-7360}
 export SPECPAIR_METRICS_PORT=${SPECPAIR_METRICS_PORT:-9360}
 export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
+# the TP = 1 target's OpenMP threads, one bound to each CPU this script may run on (the
+# containers run on the same CPUs: no cpuset); `nobind` leaves them unbound
+SPECPAIR_OMP_CPUS=${SPECPAIR_OMP_CPUS:-$(python3 -c \
+  'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')}
+export SPECPAIR_OMP_CPUS
 # compose/local-cpu.yml names the images by the one tag scheme (images/bin/image-tag.sh).
 SPECPAIR_VERSION=$(images/bin/image-tag.sh --version)
 export SPECPAIR_VERSION

@@ -31,8 +31,11 @@ def test_the_image_and_the_local_pair_set_what_cpu_target_env_says():
     if want is not None:  # inside the image: the function itself
         assert {k: want[k] for k in expected} == expected
     assert {k: env[k] for k in expected} == expected
-    # the compose file cannot know its container's CPUs (cpu_env.py): unbound there
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    # the compose file cannot know the CPUs: scripts/local-pair.sh gives them, from its own
+    # affinity (the containers run on the same CPUs), and without it the threads stay unbound
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "${SPECPAIR_OMP_CPUS:-nobind}"
+    script = (ROOT / "scripts/local-pair.sh").read_text()
+    assert "os.sched_getaffinity(0)" in script and "export SPECPAIR_OMP_CPUS" in script
 
 
 def test_the_target_binds_one_openmp_thread_to_each_cpu_it_may_run_on(monkeypatch):

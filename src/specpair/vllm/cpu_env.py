@@ -27,7 +27,11 @@ drafted steps 63.8-76.7 ms at the median; bound (one run), 22.6-24.5 / 24.3-25.8
 45 ms, fixed:0 24.4 / 25.7, drafted steps 56.2, the round 19.8 ms in both. Unbound with
 ``KMP_BLOCKTIME=5`` read between (fixed:0 27.6 / 28.2); an engine core that does not spin (it
 waits on its socket instead) made every step slower (37.5 ms without drafts). `make up`'s
-compose file keeps ``nobind``: a container's CPUs are not known when the file is written.
+compose file cannot know its container's CPUs when it is written: scripts/local-pair.sh binds
+the TP = 1 target to the CPUs it may run on itself (``SPECPAIR_OMP_CPUS``; the containers have
+no cpuset), and that pair, 1 or 8 code streams of 128 tokens side by side (2026-12-06, two
+starts each, client-side tokens/s with prefill): bound over unbound 1.18 at T = 1 and 1.40
+under top-p 0.9 at c = 8 (514 / 437 and 466 / 332 tok/s at the median), 1.25 and 1.02 at c = 1.
 
 ``TORCH_COMPILE_DISABLE=1``: the engines run eager (``--enforce-eager``), but at tensor
 parallelism 2 vLLM's vocabulary-parallel embedding masks its input through a function under
