@@ -36,7 +36,8 @@ export SPECPAIR_DRAFTER_PORT=${SPECPAIR_DRAFTER_PORT:-7360}
 export SPECPAIR_METRICS_PORT=${SPECPAIR_METRICS_PORT:-9360}
 export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
 # the TP = 1 target's OpenMP threads, one bound to each CPU this script may run on (the
-# containers run on the same CPUs: no cpuset); `nobind` leaves them unbound
+# containers run on the same CPUs: no cpuset); `nobind` leaves them unbound. The list is
+# specpair.vllm.cpu_env.omp_cpus's, written out: this host python3 has no specpair to import
 SPECPAIR_OMP_CPUS=${SPECPAIR_OMP_CPUS:-$(python3 -c \
   'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')}
 export SPECPAIR_OMP_CPUS
