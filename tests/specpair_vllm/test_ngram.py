@@ -71,6 +71,7 @@ def _rounds(policy, clock, ngram_hits, rounds, per_draft=0.004, remote_hits=0):
         policy.observe("r", sampled)
         policy.ngram_seen("r", min(K, sampled) if ngram_hits else 0,
                           min(ngram_hits, sampled))
+        policy.lookup("r", K if ngram_hits else 0)
         k = policy.depths()["r"]
         used = policy.ngram("r")
         out.append((k, used))
@@ -122,6 +123,39 @@ def test_a_request_whose_copying_stops_goes_back_to_the_drafter():
     assert not any(used for _, used in after[10:]), after
 
 
+def test_the_source_follows_whether_the_lookup_matches_at_this_step():
+    """Copied lines between new ones: the lookup matches at every other step, and then all K
+    of its drafts are accepted; the drafter's drafts are accepted at two positions of three
+    every step. Knowing whether the lookup matched (a function of the committed tokens
+    only), the policy takes n-gram drafts at the matching steps (4 tokens in 30 ms, no round)
+    and the drafter's at the others (3 tokens in a 30 ms step plus an 18 ms round, against 1
+    without drafts). An estimate that counted the steps without a match as failed drafts
+    (the policy before 2026-12-06) chose one source for both kinds of step."""
+    clock = Clock()
+    p = DepthPolicy(K, clock=clock, ngram_adaptive=True)
+    seen, sampled = [], 1
+    for i in range(60):
+        matches, matched_before = i % 2 == 0, i % 2 == 1
+        p.begin(["r"])
+        p.observe("r", sampled)
+        p.ngram_seen("r", min(K, sampled) if matched_before else 0,
+                     min(K, sampled) if matched_before else 0)
+        p.lookup("r", K if matches else 0)
+        k = p.depths()["r"]
+        used = p.ngram("r")
+        seen.append((matches, k, used))
+        p.handed("r", k)
+        remote = k > 0 and not used
+        rnd = 0.006 + 0.004 * k
+        p.round_time(rnd if remote else None)
+        clock.t += 0.030 + (rnd if remote else 0.0)
+        sampled = 1 + min(k, K if used else 2)
+    late = seen[10:]
+    assert all(used == matches for matches, k, used in late if k), seen
+    assert sum(1 for matches, k, used in late if matches and used and k) >= 20, seen
+    assert sum(1 for matches, k, used in late if not matches and k) >= 20, seen
+
+
 def _batch(policy, clock, copying, other, rounds, step=0.030, rnd=0.015):
     """``rounds`` steps of ``copying`` requests (n-gram drafts always match, the drafter's
     never accepted) beside ``other`` ones (no n-gram match; the drafter's first two drafts
@@ -136,6 +170,7 @@ def _batch(policy, clock, copying, other, rounds, step=0.030, rnd=0.015):
             policy.observe(rid, sampled[rid])
             n = min(K, sampled[rid]) if rid in copying else 0
             policy.ngram_seen(rid, n, n)
+            policy.lookup(rid, K if rid in copying else 0)
         depths = policy.depths()
         local = {rid for rid in ids if policy.ngram(rid)}
         remote = any(depths[rid] and rid not in local for rid in ids)
@@ -191,6 +226,7 @@ def test_pinned_settings_choose_n_gram_rounds_and_seeded_requests_never_get_them
         q.begin(["s"])
         q.observe("s", 1, reproducible=True)
         q.ngram_seen("s", K, K)  # all would match: still the drafter's (its own history only)
+        q.lookup("s", K)
         q.depths()
         assert not q.ngram("s") and not q.looks_up("s")
         clock.t += 0.03

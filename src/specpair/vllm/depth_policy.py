@@ -15,8 +15,9 @@ probes (``probe``: one step one depth off or two without drafts while drafting, 
 kind's first, bursts at K while not, so that what it turned off stays measured); greedy or
 sampled drafts per sampling law where the drafter serves both (the other mode tried by one
 request riding on a step that drafts); per request, n-gram drafts (``specpair.vllm.ngram``: looked
-up in its own history, no drafter round) instead of the drafter's when their expected tokens
-per second are higher. Their acceptance is measured every round whatever was drafted
+up in its own history, no drafter round) instead of the drafter's when the lookup matches at
+this step (``lookup``) and their expected tokens per second are higher. Their acceptance
+given a match is measured at every round whose lookup matched, whatever was drafted
 (``ngram_seen``: the lookup's drafts against the tokens the target committed), so that choice
 never goes unmeasured.
 
@@ -28,8 +29,9 @@ same whatever runs beside it. One request may carry its own setting (``PIN_ARG``
 sampling params' extra_args); a pinned request is outside the adaptive estimates, and a value
 that does not parse is logged once and ignored.
 
-Every choice is a function of earlier rounds only, never of the current round's draws: the
-verifier's test is exact for any proposal length and drafting mode chosen that way.
+Every choice is a function of earlier rounds and the committed tokens only (the lookup reads
+nothing else), never of the current round's draws: the verifier's test is exact for any
+proposal length, drafting mode and source chosen that way.
 """
 
 from __future__ import annotations
@@ -77,13 +79,14 @@ _MODE_EVIDENCE = 4.0  # a law's greedy rounds before they can win its drafting m
 # round of 6.0-6.5 ms (3 drafts, about 1.2 ms each) beside a target step of about 38 ms
 # (docs/performance.md): 0.17 and 0.03
 OWN_ROUND, OWN_DRAFT = 0.2, 0.03
-# a_1 of n-gram drafts before any evidence: none (their acceptance is measured every round for
-# free, ``ngram_seen``, so nothing is lost waiting for it; text that never repeats never
-# drafts them)
+# a_1 of n-gram drafts before any evidence: none (their acceptance is measured at every round
+# whose lookup matched, for free, ``ngram_seen``, so nothing is lost waiting for it; text that
+# never repeats never drafts them)
 _PRIOR_NGRAM = 0.0
-# weight kept by a request's older n-gram observations per new one: they come every round, and
-# text repeats itself in stretches (a copied block, then new text), so a request's own n-gram
-# estimates follow its last few rounds; the engine-wide ones decay as the others (DECAY)
+# weight kept by a request's older n-gram observations per new one: they come every matched
+# round, and text repeats itself in stretches (a copied block, then new text), so a request's
+# own n-gram estimates follow its last few matched rounds; the engine-wide ones decay as the
+# others (DECAY)
 _NGRAM_DECAY = 0.8
 
 
@@ -129,6 +132,7 @@ class _Req:
     probes: Probes = field(default_factory=Probes)  # a reproducible request's own schedule
     greedy: bool = False  # the drafting mode chosen at the last step (of those drafts)
     ngram: bool = False  # n-gram drafts chosen at the last step instead of the drafter's
+    found: int = 0  # drafts the lookup found at this step (``lookup``; 0: none, or not made)
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
     reproducible: bool = False  # its user set its seed: depths from its own history only
@@ -270,7 +274,7 @@ class DepthPolicy:
                 and (r.setting or self.setting).mode == "adaptive"):
             self._learn(r, r.handed, min(r.handed, num_sampled - 1))
         # the drafter holds the request's tokens only after a round of its own drafts
-        r.warm, r.handed = r.handed > 0 and not r.ngram, 0
+        r.warm, r.handed, r.found = r.handed > 0 and not r.ngram, 0, 0
         self._step.append(req_id)
 
     def depths(self, greedy_items: bool = False) -> dict[str, int]:
@@ -330,6 +334,14 @@ class DepthPolicy:
         r = self._reqs.get(req_id)
         return r is not None and r.ngram
 
+    def lookup(self, req_id: str, found: int) -> None:
+        """The lookup found ``found`` drafts for ``req_id`` (observed this step) in its
+        committed tokens (0: no match): n-gram drafts are chosen only where it found some, at
+        most that many (``depths`` follows)."""
+        r = self._reqs.get(req_id)
+        if r is not None:
+            r.found = found
+
     def ngram_seen(self, req_id: str, compared: int, matched: int) -> None:
         """What n-gram drafts of ``req_id`` would have earned at the last step: ``compared``
         of the lookup's drafts met a token the target committed (0: the lookup found no
@@ -337,13 +349,14 @@ class DepthPolicy:
         target's own sample given the tokens before it (the verifier is exact), so a match at
         position j is a draw of exactly the acceptance of an n-gram draft there (q a point
         mass: accepted with probability p(x_j)), whether n-gram drafts, the drafter's or none
-        were verified. A lookup without a match counts as a round whose first draft failed.
-        Counted for adaptive requests only, as ``observe`` counts."""
+        were verified. The estimates are of that acceptance given a match (the choice is
+        made knowing whether the lookup matched, ``lookup``): a round without one is not
+        counted. Counted for adaptive requests only, as ``observe`` counts."""
         r = self._reqs.get(req_id)
-        if r is None or (r.setting or self.setting).mode != "adaptive":
+        if r is None or (r.setting or self.setting).mode != "adaptive" or compared == 0:
             return
-        count((r.counts[NGRAM],), max(1, compared), matched, _NGRAM_DECAY)
-        count((self._pool(r.law, NGRAM),), max(1, compared), matched)
+        count((r.counts[NGRAM],), compared, matched, _NGRAM_DECAY)
+        count((self._pool(r.law, NGRAM),), compared, matched)
 
     def handed(self, req_id: str, depth: int) -> None:
         """``depth`` drafts of ``req_id`` go to the verifier this step (0: none); a request
@@ -454,16 +467,16 @@ class DepthPolicy:
         return probed
 
     def _source(self, r: _Req) -> bool:
-        """n-gram drafts for ``r`` when their best expected tokens per second (its n-gram
-        estimates, no PROPOSE round) beat both its drafter mode's (the round included) and
-        no drafts. Both estimates stay measured: the n-gram ones every round
-        (``ngram_seen``), the drafter's kept from its rounds and refreshed by the engine's
-        probes of it."""
+        """n-gram drafts for ``r`` when its lookup matched at this step and their best
+        expected tokens per second (its n-gram estimates, no PROPOSE round) beat both its
+        drafter mode's (the round included) and no drafts. Both estimates stay measured: the
+        n-gram ones at every round whose lookup matched (``ngram_seen``), the drafter's kept
+        from its rounds and refreshed by the engine's probes of it."""
         def best(mode: Hashable, round_trip: bool) -> float:
             a = self._estimate(r, mode)
             return max(expected_tokens(a, d) / self.time(d, round_trip)
                        for d in range(1, self.k_max + 1))
-        if self.k_max == 0 or not self.ngram_adaptive:
+        if self.k_max == 0 or not self.ngram_adaptive or not r.found:
             return False
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
 
@@ -489,9 +502,11 @@ class DepthPolicy:
         return mixed
 
     def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
-        """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's."""
+        """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's;
+        under NGRAM 0 beyond the drafts its lookup found at this step."""
         a1 = first(self._pool(r.law, mode), _PRIOR_NGRAM if mode == NGRAM else PRIOR_A)
-        return self._acceptance(r, mode, a1, _deeper(r.law, mode, a1))
+        a = self._acceptance(r, mode, a1, _deeper(r.law, mode, a1))
+        return [x if mode != NGRAM or j < r.found else 0.0 for j, x in enumerate(a)]
 
     def _law_mode(self, law: Hashable) -> bool:
         """Greedy drafts for the law's requests once its greedy rounds (at least

@@ -8,10 +8,10 @@ verifier inputs. A step, on every tensor-parallel rank, in the same order whatev
 
 1. rank 0 only: the drafting session (``specpair.wire.session``) begins the step, the depth
    policy (``specpair.vllm.depth_policy``) observes what each request committed (and what
-   the n-gram lookup, ``specpair.vllm.ngram``, would have earned) and chooses depths and
-   sources, the lookup drafts for the requests given n-gram drafts and the session asks the
-   drafter for the others. Any failure here is "no drafts" for the step, never a skipped
-   collective;
+   the n-gram lookup, ``specpair.vllm.ngram``, would have earned), learns what the lookup
+   finds now and chooses depths and sources; the requests given n-gram drafts take the
+   lookup's and the session asks the drafter for the others. Any failure here is "no
+   drafts" for the step, never a skipped collective;
 2. rank 0's answer is handed to every rank through vLLM's TP group (``specpair.vllm.tp``):
    per request id its drafts as shipped (draft ids, q in its compact wire form, widened on
    each rank by the one q-law), absent for no drafts (MISSING, REFUSED, late, depth 0);
@@ -256,7 +256,7 @@ class Drafting:
             for rid in [r for r in done if r not in live]:
                 del done[rid]
         params = [self._params(r) for r in reqs]
-        history = {}
+        history, found = {}, {}
         for i, (r, p) in enumerate(zip(reqs, params, strict=True)):
             if r.num_sampled:  # (a request still in prefill has no depth to choose)
                 policy.observe(r.req_id, r.num_sampled, r.pin,
@@ -264,21 +264,25 @@ class Drafting:
                 if policy.looks_up(r.req_id):  # (only the lookup needs the whole history)
                     history[r.req_id] = self._committed(r, lambda a, b, i=i: tokens(i, a, b))
                     self._measure_lookup(r, history[r.req_id])
+                    # the lookup's drafts: measured at the next step, drafted now if chosen
+                    # (the policy knows whether it matched: a function of the history only)
+                    n = r.length
+                    got = self.ngram.drafts(history[r.req_id],
+                                            max(1, min(k_max, self.max_model_len - n - 1)))
+                    found[r.req_id] = got
+                    self._lookups[r.req_id] = (n, None if got is None else got.tokens)
+                    policy.lookup(r.req_id, 0 if got is None else got.depth)
         chosen = policy.depths(session.greedy_items)
         spec = session.features
         steps, local = [], {}
         for i, (r, p) in enumerate(zip(reqs, params, strict=True)):
             n = r.length
             k = min(k_max, chosen.get(r.req_id, 0), max(0, self.max_model_len - n - 1))
-            if r.num_sampled and policy.looks_up(r.req_id):
-                # the lookup's drafts: measured at the next step, drafted now if chosen
-                found = self.ngram.drafts(history[r.req_id],
-                                          max(1, min(k_max, self.max_model_len - n - 1)))
-                self._lookups[r.req_id] = (n, None if found is None else found.tokens)
-                if k and policy.ngram(r.req_id):
-                    if found is not None:
-                        local[r.req_id] = Drafts(found.tokens[:k], found.kind, None, None)
-                    k = 0  # nothing asked of the drafter for it this step
+            if k and policy.ngram(r.req_id):
+                got = found.get(r.req_id)
+                if got is not None:
+                    local[r.req_id] = Drafts(got.tokens[:k], got.kind, None, None)
+                k = 0  # nothing asked of the drafter for it this step
             start = session.needed_from(r.req_id, n) if k else n
             held = history.get(r.req_id)
             new = (_NO_TOKENS if start >= n else tokens(i, start, n)
