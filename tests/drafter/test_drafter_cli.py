@@ -53,6 +53,21 @@ def test_out_of_range_numbers_refused_before_the_model_loads(flag: str, value: s
     assert f"{flag} must lie in" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("cpus", "message"), [
+    ("a", "--cpus must be a comma-separated list of CPU numbers, got 'a'"),
+    ("0,,1", "--cpus must be a comma-separated list"), ("-1", "--cpus must be a comma"),
+    ("99999", "--cpus 99999: CPU 99999 is not one this process may run on")])
+def test_cpus_outside_the_processes_own_are_refused_before_the_model_loads(
+        cpus: str, message: str, tmp_path: Path, capsys) -> None:
+    key = tmp_path / "k"
+    key.write_text("x" * 32)
+    key.chmod(0o600)
+    assert _run(["--model", str(tmp_path), "--key-file", str(key), "--cpus", cpus]) \
+        == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_model_directory_without_a_model(tmp_path: Path, capsys) -> None:
     key = tmp_path / "k"
     key.write_text("x" * 32)

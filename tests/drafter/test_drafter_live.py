@@ -43,6 +43,7 @@ from specpair.wire.source import Missing, MissingReason
 V, K = 512, 3
 START_TIMEOUT_S = 120  # a drafter process imports torch + transformers: slow on a busy box
 IDLE_RELEASE_S = 4.0  # the drafter frees requests idle this long (rounds here come ms apart)
+PINNED = max(os.sched_getaffinity(0))  # the drafter's --cpus: one of this process's CPUs
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Drafter:
 def start_drafter(model: Path, key_file: Path, port: int = 0) -> Drafter:
     cmd = [sys.executable, "-m", "specpair", "drafter", "serve", "--model", str(model),
            "--listen", f"127.0.0.1:{port}", "--key-file", str(key_file),
-           "--metrics-port", "0", "--threads", "1", "--idle-release-s", str(IDLE_RELEASE_S)]
+           "--metrics-port", "0", "--threads", "1", "--idle-release-s", str(IDLE_RELEASE_S),
+           "--cpus", str(PINNED)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
@@ -183,6 +185,14 @@ def test_the_loaded_heap_is_frozen_out_of_garbage_collection(live: dict) -> None
     the rounds in flight). Without ``freeze_heap`` the gauge reads 0."""
     frozen = _gauge(live["drafter"].metrics, "specpair_drafter_gc_frozen_objects")
     assert frozen > 50_000  # torch and transformers imported: about 206,000 objects
+
+
+def test_every_thread_runs_on_the_cpus_given(live: dict) -> None:
+    """``--cpus``: the drafter's affinity is set before any thread starts, so every thread
+    of the process (torch's, the wire and metrics servers') runs only on the CPU given."""
+    tasks = Path(f"/proc/{live['drafter'].proc.pid}/task")
+    allowed = {t.name: os.sched_getaffinity(int(t.name)) for t in tasks.iterdir()}
+    assert len(allowed) > 1 and all(a == {PINNED} for a in allowed.values()), allowed
 
 
 def test_healthz_and_idle_requests_are_released(live: dict) -> None:

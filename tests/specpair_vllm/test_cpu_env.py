@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpair.vllm.cpu_env import IOMP, cpu_target_env, omp_cpus
+from specpair.vllm.cpu_env import IOMP, cpu_target_env, drafter_cpus, omp_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +47,19 @@ def test_the_target_binds_one_openmp_thread_to_each_cpu_it_may_run_on(monkeypatc
     lib = Path(sys.prefix) / "lib" / IOMP
     if lib.is_file():
         assert cpu_target_env()["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+
+
+def test_a_drafter_beside_a_bound_target_runs_on_its_primary_threads_cpu():
+    """The first CPU of the target's (first rank's) bind list; none where it is unbound."""
+    assert drafter_cpus("0,1") == "0" and drafter_cpus("2,3,5") == "2"
+    assert drafter_cpus("4-7|8-11") == "4" and drafter_cpus("0|1") == "0"
+    assert drafter_cpus("nobind") is None and drafter_cpus("auto") is None
+    # `make up`: scripts/local-pair.sh writes the same rule out (its python3 has no specpair)
+    drafter = yaml.safe_load((ROOT / "compose/local-cpu.yml").read_text())["services"]["drafter"]
+    assert "--cpus ${SPECPAIR_DRAFTER_CPUS:?" in drafter["command"]
+    script = (ROOT / "scripts/local-pair.sh").read_text()
+    assert 'drafter_cpus=${SPECPAIR_OMP_CPUS%%[!0-9]*}' in script
+    assert "export SPECPAIR_DRAFTER_CPUS" in script
 
 
 def test_every_cpu_tp2_rank_runs_without_inductor():

