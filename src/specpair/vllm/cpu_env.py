@@ -36,7 +36,7 @@ under top-p 0.9 at c = 8 (514 / 437 and 466 / 332 tok/s at the median), 1.25 and
 **The drafter beside a bound target** (``drafter_cpus``): during a round the target's primary
 OpenMP thread, bound to the first CPU of its list, waits for the drafter, while its others spin
 out their 5 ms block time on the rest (``KMP_BLOCKTIME=0`` there instead halved the target's
-speed: target-only 0.44x, measured 2026-12-06); a drafter left to the scheduler shares a
+speed: target-only 0.44-0.49x, measured 2026-12-06); a drafter left to the scheduler shares a
 spinning core now and then. Run on that first CPU (``specpair drafter serve --cpus``; the
 bench's drafters and `make up`'s), its round took 4.4-5.7 ms against 5.4-7.0 at c = 1 (one
 engine of each beside target-only, 8 repetitions, five cells: pinned over free 0.964-1.141,
