@@ -158,7 +158,7 @@ def test_compose_files_validate(path, tmp_path):
     key.write_text("k" * 32)
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "SPECPAIR_KEY_FILE": str(key),
            "SPECPAIR_VERSION": "0.1.0", "SPARKHEAD_ADDR": "10.0.0.1",
-           "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360"}
+           "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360", "SPECPAIR_DRAFTER_CPUS": "0"}
     proc = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -81,7 +81,7 @@ def test_compose_names_the_tags_make_image_gives(name, tmp_path):
     key.write_text("k" * 32)
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "SPECPAIR_KEY_FILE": str(key),
            "SPECPAIR_VERSION": _tag("--version").stdout.strip(), "SPARKHEAD_ADDR": "10.0.0.1",
-           "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360"}
+           "SPECPAIR_DRAFTER_ADDR": "10.0.0.3:7360", "SPECPAIR_DRAFTER_CPUS": "0"}
     files = [arg for f in name.split("+") for arg in ("-f", str(ROOT / "compose" / f))]
     proc = subprocess.run(["docker-compose", *files, "config"],
                           env=env, capture_output=True, text=True, timeout=60)
