@@ -320,12 +320,9 @@ class Drafting:
         """Rank 0: what the lookup's drafts of ``r``'s last step would have earned against
         the tokens the target committed since (the policy's n-gram estimates)."""
         last = self._lookups.pop(r.req_id, None)
-        if last is None or last[0] != r.length - r.num_sampled:
-            return  # no lookup, or not made at the length this step's tokens follow
+        if last is None or last[0] != r.length - r.num_sampled or last[1] is None:
+            return  # no lookup, not made at the length this step's tokens follow, or no match
         n, drafts = last
-        if drafts is None:
-            self.policy.ngram_seen(r.req_id, 0, 0)
-            return
         compared = min(drafts.numel(), r.num_sampled)
         committed = history[n:n + compared]
         matched = 0
