@@ -13,8 +13,8 @@
 #   another SPECPAIR_KEY_FILE run a second pair beside the first, as tests/images/
 #   test_pair_restart.py does), SPECPAIR_KEY_FILE [build/up/specpair.key], SPECPAIR_OMP_CPUS
 #   [the CPUs this script may run on: the TP = 1 target's OpenMP threads, one bound to each;
-#   nobind leaves them free], SPECPAIR_DRAFTER_CPUS [the first of SPECPAIR_OMP_CPUS; all of
-#   this script's where nobind]; image build
+#   nobind leaves them free], SPECPAIR_DRAFTER_CPUS [the CPUs this script may run
+#   on]; image build
 #   variables as images/bin/image-build.sh (CA_BUNDLE, WHEELHOUSE).
 # Every step prints its time when it ends, and a line every 10 s while it runs silent; `up`
 # ends with the time of each step.
@@ -41,14 +41,9 @@ export SPECPAIR_DEPTH=${SPECPAIR_DEPTH:-3}
 # specpair.vllm.cpu_env.omp_cpus's, written out: this host python3 has no specpair to import
 own_cpus=$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')
 export SPECPAIR_OMP_CPUS=${SPECPAIR_OMP_CPUS:-$own_cpus}
-# the drafter's --cpus: the first CPU of the target's list, whose primary OpenMP thread waits
-# for the round while the others spin (specpair.vllm.cpu_env.drafter_cpus, written out); every
-# CPU this script may run on where the target's threads are unbound
-case "$SPECPAIR_OMP_CPUS" in
-  nobind|auto) drafter_cpus=$own_cpus ;;
-  *) drafter_cpus=${SPECPAIR_OMP_CPUS%%[!0-9]*} ;;
-esac
-export SPECPAIR_DRAFTER_CPUS=${SPECPAIR_DRAFTER_CPUS:-$drafter_cpus}
+# the drafter's --cpus: every CPU this script may run on, not the target's first alone (held
+# there it starves while the target steps without it: src/specpair/vllm/cpu_env.py)
+export SPECPAIR_DRAFTER_CPUS=${SPECPAIR_DRAFTER_CPUS:-$own_cpus}
 # compose/local-cpu.yml names the images by the one tag scheme (images/bin/image-tag.sh).
 SPECPAIR_VERSION=$(images/bin/image-tag.sh --version)
 export SPECPAIR_VERSION

@@ -13,7 +13,7 @@ from bench.live.plan import SETTLE_S, Config, Plan
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from bench.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
-from specpair.vllm.cpu_env import cpu_target_env, drafter_cpus
+from specpair.vllm.cpu_env import cpu_target_env
 
 __all__ = ["ENGINE_ENV", "ENGINE_MB", "RAW", "TINY_NAME", "TRAINED_NAME", "counters",
            "engine_env", "finished", "run", "start_engine"]
@@ -56,11 +56,9 @@ def start_engine(config: Config, pair: Path, model_name: str, work: Path, vllm_d
         f.unlink()
     env["PROMETHEUS_MULTIPROC_DIR"] = str(prom)
     if config.drafter_args is not None:
-        # on the CPU of the target's primary OpenMP thread, where its threads are bound
-        cpus = drafter_cpus(env["VLLM_CPU_OMP_THREADS_BIND"])
+        # on every CPU, as `make up`'s (cpu_env.py: held to the target's first one it starves)
         drafter = Drafter(pair / "draft", key, work / f"drafter-{tag}.log",
-                          args=[*config.drafter_args, "--metrics-port", "0",
-                                *(() if cpus is None else ("--cpus", cpus))])
+                          args=[*config.drafter_args, "--metrics-port", "0"])
         env |= {"SPECPAIR_DRAFTER": drafter.address, "SPECPAIR_DRAFTER_KEY_FILE": str(key)}
     args = ["--served-model-name", model_name, "--dtype", "float32", "--max-model-len", "512",
             "--max-num-seqs", "16", "--enforce-eager", "--seed", "0"]

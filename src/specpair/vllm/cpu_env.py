@@ -33,19 +33,16 @@ no cpuset), and that pair, 1 or 8 code streams of 128 tokens side by side (2026-
 starts each, client-side tokens/s with prefill): bound over unbound 1.18 at T = 1 and 1.40
 under top-p 0.9 at c = 8 (514 / 437 and 466 / 332 tok/s at the median), 1.25 and 1.02 at c = 1.
 
-**The drafter beside a bound target** (``drafter_cpus``): during a round the target's primary
-OpenMP thread, bound to the first CPU of its list, waits for the drafter, while its others spin
-out their 5 ms block time on the rest (``KMP_BLOCKTIME=0`` there instead halved the target's
-speed: target-only 0.44-0.49x, measured 2026-12-06); a drafter left to the scheduler shares a
-spinning core now and then. Run on that first CPU (``specpair drafter serve --cpus``; the
-bench's drafters and `make up`'s), its round took 4.4-5.7 ms against 5.4-7.0 at c = 1 (one
-engine of each beside target-only, 8 repetitions, five cells: pinned over free 0.964-1.141,
-four of five above 1.02) and at c = 16 read 0.958-1.039 (6 repetitions, four cells). `make
-up`'s pair, 1 or 8 prose streams of 128 tokens, two starts each way (the drafter's container
-held to CPU 0 against free, client-side tokens/s with prefill, medians): 1.011 (T = 1) and
-1.150 (top-p) at c = 1, 0.894 and 1.057 at c = 8. So it pays where the round is short (c = 1:
-about 5 ms, the target's spin is most of it); with 12-19 ms rounds it reads within the noise
-either way.
+**The drafter is left free beside a bound target.** During a round the target's primary OpenMP
+thread, bound to the first CPU of its list, waits for the drafter, so a drafter held to that
+CPU (``specpair drafter serve --cpus``) drafted faster: its round took 4.4-5.7 ms against
+5.4-7.0 at c = 1 (2026-12-06, pinned over free 0.964-1.141 in five cells, 0.958-1.039 at
+c = 16). But whenever the target steps without it (the drafter restarting, rounds the policy
+does not draft) that thread keeps the CPU and whatever else is held there starves: `import
+torch` held to it took 60 s against 2.1 s on the other CPU while the target served 4-token
+completions back to back, and a killed drafter container, restarted by Docker, did not start
+within 240 s of continuous completions (`make pair-test`, twice, 2026-12-06). So the bench's
+drafters and `make up`'s run on every CPU the pair may use.
 
 ``TORCH_COMPILE_DISABLE=1``: the engines run eager (``--enforce-eager``), but at tensor
 parallelism 2 vLLM's vocabulary-parallel embedding masks its input through a function under
@@ -70,12 +67,11 @@ a venv's vLLM use ``cpu_target_env``.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["IOMP", "cpu_target_env", "drafter_cpus", "omp_cpus"]
+__all__ = ["IOMP", "cpu_target_env", "omp_cpus"]
 
 IOMP = "libiomp5.so"  # Intel OpenMP, from the intel-openmp wheel (venv lib/)
 
@@ -97,11 +93,3 @@ def cpu_target_env(prefix: str | Path = sys.prefix) -> dict[str, str]:
     return {"LD_PRELOAD": str(iomp), "KMP_BLOCKTIME": "0", "TORCH_COMPILE_DISABLE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": omp_cpus()}
 
-
-def drafter_cpus(bind: str) -> str | None:
-    """The ``--cpus`` of a drafter sharing the host with a target whose
-    ``VLLM_CPU_OMP_THREADS_BIND`` is ``bind``: the first CPU of its (first rank's) list, the
-    primary OpenMP thread's, which waits for the round while the others spin out their block
-    time; None where the target's threads are not bound (``nobind``, ``auto``)."""
-    first = re.match(r"\d+", bind)
-    return None if first is None else first.group()
