@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.policy_estimates import expected_tokens
 
-__all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "LIVE", "SCENARIOS", "SLOW_S", "TINY", "TRAINED",
-           "UNSEEN", "Costs", "Load", "SimClock", "Step", "Workload", "fixed_rates", "rate",
-           "recovery", "run_cells", "scenario", "simulate", "slow", "stream", "unseen_run"]
+__all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "INTEL_C1", "LIVE", "SCENARIOS", "SLOW_S",
+           "TINY", "TRAINED", "UNSEEN", "Costs", "Load", "SimClock", "Step", "Workload",
+           "by_request", "fixed_rates", "rate", "recovery", "run_cells", "scenario", "simulate",
+           "slow", "stream", "unseen_run"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ TINY = Costs(3.0, 0.5, 0.05, 4.2, 0.3, 0.3, 0.1, 3.0, 2.0)
 # ms on the target's side at K = 3); the catch-up per token is assumed, not measured (about
 # a drafter prefill's cost of a token)
 LIVE = Costs(38.0, 0.5, 0.3, 4.2, 0.3, 0.7, 0.15, 60.0, 15.0, catch_up=0.05)
+# the committed pair at c = 1 on the 2-core Intel box, threads bound (the policy's step log
+# beside the fixed:3 twin, 2026-12-07, medians): the rest of a step 15 ms without drafts and
+# 18 at 3 (a jump once there are drafts), the round 7 ms at 3
+INTEL_C1 = Costs(14.5, 0.5, 0.2, 4.2, 0.3, 0.83, 0.15, 30.0, 10.0, catch_up=0.05, jump=2.4)
 # the committed pair at c = 16 (bench/results/2026-12-04-live.md, top-p 0.9): a step without
 # drafts of 33 ms (target-only read 33.5), the verify of 3 drafts a request 0.65 ms a draft
 # more (the rest of a K = 3 step about 64 ms), a round of about 22 ms at K = 3 (18-28 read);

@@ -28,7 +28,7 @@ class Clock:
         return self.now
 
 
-def _drive(policy, clock, rounds, accepted_of, cost, req="r", round_of=None):
+def _drive(policy, clock, rounds, accepted_of, cost, req="r", round_of=None, law=()):
     """``rounds`` decode steps of one request: the verifier accepts ``accepted_of(k)`` of the
     k drafts handed, and a step that asked for k drafts takes ``cost(k)`` seconds, of which
     its PROPOSE round took ``round_of(k)`` (when given; no round at k = 0). Returns the k
@@ -37,7 +37,7 @@ def _drive(policy, clock, rounds, accepted_of, cost, req="r", round_of=None):
     for _ in range(rounds):
         clock.now += cost(handed)
         policy.begin({req})
-        policy.observe(req, sampled)
+        policy.observe(req, sampled, law=law)
         k = policy.depths()[req]
         policy.handed(req, k)
         policy.round_time(round_of(k) if round_of and k else None)
@@ -153,14 +153,20 @@ def test_a_round_overhead_that_drafts_cannot_pay_for_means_target_only():
     assert p.time(3) == pytest.approx(cost(3), rel=0.1)
 
 
-def test_it_comes_back_once_probes_show_acceptance():
+@pytest.mark.parametrize(("temperature", "steps"), [(0.0, 400), (1.0, 700)])
+def test_it_comes_back_once_probes_show_acceptance(temperature, steps):
+    """Under T = 0 the request's own rounds weigh against 4 of its law's, so the second
+    burst of probes brings it back (step 329 after the change); under T = 1 against 16
+    (``_PRIOR_ROUNDS_SAMPLED``: the law's rounds tell most of a sampled draft's chance), so
+    the third (step 585)."""
     clock = Clock()
     p = DepthPolicy(K, clock=clock)
     cost = lambda k: 0.01 + 0.002 * k  # noqa: E731
-    off = _drive(p, clock, 150, lambda k: 0, cost)
+    law = sampling_law(temperature)
+    off = _drive(p, clock, 150, lambda k: 0, cost, law=law)
     assert off[-20:].count(0) >= 18
     # the law changes: every draft is accepted now; only probes can show it
-    chosen = _drive(p, clock, 400, lambda k: k, cost)
+    chosen = _drive(p, clock, steps, lambda k: k, cost, law=law)
     assert chosen[-50:].count(K) >= 45
 
 

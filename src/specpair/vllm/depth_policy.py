@@ -68,6 +68,14 @@ __all__ = ["DepthPolicy", "sampling_law"]
 log = logging.getLogger(__name__)
 
 _PRIOR_ROUNDS = 4.0  # a request's own counts weigh against this many rounds of the prior
+# ... and this many under the drafter's sampled drafts of a sampled law: each round's
+# acceptance is a coin of chance sum min(p, q), which differs little from prompt to prompt of
+# one law (live at c = 1, T = 1, the fixed:3 twin read 0.34-0.53 accepted a draft per
+# request, about its coin's noise over 55 rounds), so a request's own few rounds tell little
+# beyond its law's: at 4, three rejected first drafts (a 7 % chance at a_1 = 0.58) took a_1
+# from 0.60 to 0.33 and kept the request at depth 0 for its remaining 117 steps, where its
+# twin ran 1.24x the pace of those steps without drafts
+_PRIOR_ROUNDS_SAMPLED = 16.0
 # b / a before the data show a slope: the rest of the step (the target's verify of 1 + k
 # tokens a request) as flat in k; the round as growing a tenth per draft (a draft model step)
 _REST_SLOPE, _ROUND_SLOPE = 0.0, 0.1
@@ -543,10 +551,11 @@ class DepthPolicy:
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
         out = []
         own = r.counts[greedy] if r else None
+        weight = (_PRIOR_ROUNDS_SAMPLED if r and greedy is False and not r.reproducible
+                  and not _greedy_law(r.law) else _PRIOR_ROUNDS)
         for j in range(self.k_max):
             t, a = (own.tested[j], own.accepted[j]) if own else (0.0, 0.0)
-            out.append((a + _PRIOR_ROUNDS * (first if j == 0 else deeper))
-                       / (t + _PRIOR_ROUNDS))
+            out.append((a + weight * (first if j == 0 else deeper)) / (t + weight))
         return out
 
     def _pin(self, req_id: str, pin: str | None) -> PolicySetting | None:
