@@ -114,7 +114,14 @@ def _deeper(law: Hashable, mode: Hashable, a1: float) -> float:
     without drafts a few ms slower than its mean look worse than drafting. Otherwise PRIOR_A:
     greedy drafts and n-gram drafts are accepted all or nothing (a hard first draft, then
     likely ones), so a_1 says little of a_2."""
-    return min(a1, PRIOR_A) if mode is False and not _greedy_law(law) else PRIOR_A
+    return min(a1, PRIOR_A) if _coin(law, mode) else PRIOR_A
+
+
+def _coin(law: Hashable, mode: Hashable) -> bool:
+    """Whether ``mode``'s drafts under ``law`` are the drafter's sampled drafts of a sampled
+    law: each accepted with chance sum min(p, q), a coin much alike at every position and
+    from prompt to prompt of the law (``_deeper``, ``_PRIOR_ROUNDS_SAMPLED``)."""
+    return mode is False and not _greedy_law(law)
 
 
 def _greedy_law(law: Hashable) -> bool:
@@ -551,8 +558,8 @@ class DepthPolicy:
         the request at hand (greedy code: a_1 ~ 0.3 on a hard prompt, then ~ 1)."""
         out = []
         own = r.counts[greedy] if r else None
-        weight = (_PRIOR_ROUNDS_SAMPLED if r and greedy is False and not r.reproducible
-                  and not _greedy_law(r.law) else _PRIOR_ROUNDS)
+        weight = (_PRIOR_ROUNDS_SAMPLED if r and not r.reproducible and _coin(r.law, greedy)
+                  else _PRIOR_ROUNDS)
         for j in range(self.k_max):
             t, a = (own.tested[j], own.accepted[j]) if own else (0.0, 0.0)
             out.append((a + weight * (first if j == 0 else deeper)) / (t + weight))
