@@ -6,13 +6,18 @@ sampled drafts over its greedy ones, at T > 0: bench.live.plan.ACCEPTANCE).
 Three kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine
 every cell runs twice per repetition, adaptive and twin: bench.live.plan), a row against
 another engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on
-the same prompts), and a row against the BEST other row of its cell (per repetition the
-fastest of every other result row: what a user would pick instead, had they known; a cell
-whose median ratio is below LOSES_BELOW is marked as lost). Either way the ratio of one
-repetition shares the cell, the prompts and the box's moment. Those per-repetition ratios
-still spread 10-50 % (at T = 1 the two runs draw different tokens, and a step's time swings
-with the box), so a question of a few per cent needs many repetitions and an interval, not
-a median of five:
+the same prompts), and a row against the best other row of its cell, two ways: BEST, per
+repetition the fastest of every other result row (what a user would pick instead, had they
+known each repetition's outcome), and BEST_ROW, the one other row fastest over the cell's
+repetitions (the geometric mean of its tokens/s: the configuration a user would pick), read
+per repetition. Against BEST a row exactly as fast as two others reads below 1 by noise
+alone (the expected best of two equal noisy rows is about exp(s / sqrt(pi)) of one, s a
+row's own sd of log tokens/s between repetitions); BEST_ROW carries only the choice among the rows' means. A
+cell whose median ratio is below LOSES_BELOW is marked as lost, against either. Either way
+the ratio of one repetition shares the cell, the prompts and the box's moment. Those
+per-repetition ratios still spread 10-50 % (at T = 1 the two runs draw different tokens,
+and a step's time swings with the box), so a question of a few per cent needs many
+repetitions and an interval, not a median of five:
 
 - per cell: the geometric mean of its repetitions' ratios and a 95 % percentile bootstrap
   interval of it (repetitions resampled with replacement);
@@ -29,12 +34,13 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["BEST", "LOSES_BELOW", "MEASURES", "RESAMPLES", "paired_cells", "paired_summary",
-           "paired_summaries", "paired_table", "twin_pairs"]
+__all__ = ["BEST", "BEST_ROW", "LOSES_BELOW", "MEASURES", "RESAMPLES", "paired_cells",
+           "paired_summary", "paired_summaries", "paired_table", "twin_pairs"]
 
 RESAMPLES = 10_000
 LEVEL = 0.95
 BEST = "best_other"  # a pair's baseline: per repetition, the fastest other row of the cell
+BEST_ROW = "best_row"  # a pair's baseline: the other row fastest over the cell's repetitions
 LOSES_BELOW = 0.95  # a row over the best other whose median ratio is below this loses the cell
 TARGET_ONLY = "target_only"  # the row BEST's entries are also read against (``over_target``)
 
@@ -68,11 +74,13 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
                  ) -> list[dict]:
     """One entry per pair (row, baseline) and cell both ran, pair by pair, cells in first-seen
     order: ``workload``, ``temperature``, ``top_p``, ``concurrency``, ``config`` (the row),
-    ``baseline`` (a row, or BEST: per repetition the best other row but ``exclude``'s, the
-    calibrations), ``twin`` (whether the baseline is the row's twin in its own engine),
+    ``baseline`` (a row; BEST: per repetition the best other row but ``exclude``'s, the
+    calibrations; BEST_ROW: the other row, but ``exclude``'s, with the highest geometric mean
+    over the repetitions it shares with the row), ``twin`` (whether the baseline is the row's
+    twin in its own engine),
     ``measure`` ("tokens_per_s", or "accepted_per_round": accepted drafts per drafting
     round), ``ratios`` (row over baseline, one per repetition that has both), ``best`` (with
-    BEST: which row it was, per repetition), ``over_target`` (with BEST: the row over
+    BEST or BEST_ROW: which row it was, per repetition), ``over_target`` (with either: the row over
     TARGET_ONLY in the same repetitions, where it ran), ``chosen`` (the row's depth choices summed
     over its turns, by depth) and ``drafted`` (its draft tokens summed over its turns, by
     drafting mode)."""
@@ -100,26 +108,40 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     for row, base in pairs:
         for cell, reps in by.items():
             ratios, best, over_target = [], [], []
+            fixed = _best_row(reps, row, exclude) if base == BEST_ROW else base
             for _, v in sorted(reps.items()):
                 others = ({n: x for n, x in v.items() if n != row and n not in exclude}
-                          if base == BEST else {base: v[base]} if base in v else {})
+                          if base == BEST else {fixed: v[fixed]} if fixed in v else {})
                 if row not in v or not others:
                     continue
                 name = max(others, key=others.__getitem__)
                 if others[name] > 0:
                     ratios.append(v[row] / others[name])
                     best.append(name)
-                    if base == BEST and v.get(TARGET_ONLY, 0) > 0:
+                    if base in (BEST, BEST_ROW) and v.get(TARGET_ONLY, 0) > 0:
                         over_target.append(v[row] / v[TARGET_ONLY])
             if ratios:
                 out.append({**dict(zip(CELL, cell, strict=True)), "config": row,
                             "baseline": base, "twin": (row, base) in twins,
                             "measure": measure, "ratios": ratios,
-                            "best": best if base == BEST else [],
+                            "best": best if base in (BEST, BEST_ROW) else [],
                             "over_target": over_target,
                             "chosen": chosen.get((row, cell), []),
                             "drafted": drafted.get((row, cell), {})})
     return out
+
+
+def _best_row(reps: dict[int, dict[str, float]], row: str, exclude: frozenset[str]
+              ) -> str | None:
+    """The other row (not ``exclude``'s) with the highest geometric mean over the repetitions
+    it shares with ``row``; None where none ran beside it."""
+    shared: dict[str, list[float]] = defaultdict(list)
+    for v in reps.values():
+        if row in v:
+            for n, x in v.items():
+                if n != row and n not in exclude and x > 0:
+                    shared[n].append(x)
+    return max(shared, key=lambda n: float(_gmean(np.asarray(shared[n]))), default=None)
 
 
 def _gmean(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -185,6 +207,10 @@ def paired_table(summary: dict) -> str:
         base, where = "the best other row", (f"of the cell, per repetition (best: the row most "
                                              f"often fastest; LOSES: median below "
                                              f"{LOSES_BELOW:g})")
+    elif base == BEST_ROW:
+        base, where = "the cell's best other row", (f"(best: the row fastest over the cell's "
+                                                    f"repetitions, geometric mean; LOSES: "
+                                                    f"median below {LOSES_BELOW:g})")
     lines = [f"{row} over {base} {where}, {MEASURES[cells[0]['measure']]} per repetition: "
              f"geometric mean [{LEVEL:.0%} bootstrap], median [min-max], n, the depths {row} "
              "chose"]

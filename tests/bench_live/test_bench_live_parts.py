@@ -16,6 +16,7 @@ from bench.live.client import Stream, round_quantile, spec_counters
 from bench.live.model import FLAG, predict, verify_s
 from bench.live.paired import (
     BEST,
+    BEST_ROW,
     paired_cells,
     paired_summaries,
     paired_summary,
@@ -201,9 +202,34 @@ def test_the_adaptive_row_over_the_best_other_row_marks_the_cells_it_loses():
     text = table(doc)
     assert "specpair_adaptive over the best other row of the cell" in text
     lost = [ln for ln in text.splitlines() if ln.endswith("LOSES")]
-    assert len(lost) == 1 and "c=1" in lost[0] and "best vllm_ngram" in lost[0], text
+    # per repetition, and against the cell's best row (n-gram's, 112 tok/s at the geomean)
+    assert len(lost) == 2 and all("c=1" in ln and "best vllm_ngram" in ln for ln in lost), text
     assert "x target-only 2.00 [2.00-2.08]  best vllm_ngram" in lost[0]
     assert any("c=4" in ln and ln.endswith("best vllm_ngram") for ln in text.splitlines())
+
+
+def test_against_the_cells_best_row_two_equal_noisy_rows_do_not_make_a_loss():
+    """Two rows as fast as each other over the repetitions, each faster in turn: per
+    repetition the faster of them (BEST) puts an equally fast adaptive row at 100 / 110 every
+    time, a loss; the cell's best row (BEST_ROW: the other row with the highest geometric
+    mean, one row for every repetition) reads it 1.0 at the median. The table prints both,
+    each marking its own losses."""
+    ms = []
+    for rep, (a, b) in enumerate([(110.0, 90.0), (90.0, 110.0), (110.0, 90.0), (91.0, 110.0)]):
+        ms += [_m("target_only", rep, 50.0), _m("vllm_ngram", rep, a),
+               _m("specpair_sampled", rep, b), _m("specpair_adaptive", rep, 100.0),
+               _m("draft_alone", rep, 500.0)]  # a calibration: never the best
+    pairs = [("specpair_adaptive", BEST), ("specpair_adaptive", BEST_ROW)]
+    per_rep, row = paired_cells(ms, pairs, exclude=frozenset({"draft_alone"}))
+    assert per_rep["ratios"] == pytest.approx([100 / 110] * 4)
+    assert row["baseline"] == BEST_ROW and row["best"] == ["vllm_ngram"] * 4  # 0.3 % ahead
+    assert row["ratios"] == pytest.approx([100 / 110, 100 / 90, 100 / 110, 100 / 91])
+    assert row["over_target"] == pytest.approx([2.0] * 4)
+    text = table(document(ms, {"draft_alone"}, {"title": "t"}, {"greedy": 0.0, "sampled": 0.0}))
+    assert "specpair_adaptive over the cell's best other row (best: the row fastest" in text
+    lost = [ln for ln in text.splitlines() if ln.endswith("LOSES")]
+    assert len(lost) == 1 and "0.909 [0.909-0.909]  n=4" in lost[0], text  # BEST's line only
+    assert "1.004 [0.909-1.111]  n=4" in text
 
 
 def test_sampled_over_greedy_drafts_pairs_accepted_drafts_per_round_at_t_above_0():
