@@ -12,12 +12,12 @@ known each repetition's outcome), and BEST_ROW, the one other row fastest over t
 repetitions (the geometric mean of its tokens/s: the configuration a user would pick), read
 per repetition. Against BEST a row exactly as fast as two others reads below 1 by noise
 alone (the expected best of two equal noisy rows is about exp(s / sqrt(pi)) of one, s a
-row's own sd of log tokens/s between repetitions); BEST_ROW carries only the choice among the rows' means. A
-cell whose median ratio is below LOSES_BELOW is marked as lost, against either. Either way
-the ratio of one repetition shares the cell, the prompts and the box's moment. Those
-per-repetition ratios still spread 10-50 % (at T = 1 the two runs draw different tokens,
-and a step's time swings with the box), so a question of a few per cent needs many
-repetitions and an interval, not a median of five:
+row's own sd of log tokens/s between repetitions); BEST_ROW carries only the choice among
+the rows' means. A cell whose median ratio is below LOSES_BELOW is marked as lost, against
+either. Either way the ratio of one repetition shares the cell, the prompts and the box's
+moment. Those per-repetition ratios still spread 10-50 % (at T = 1 the two runs draw
+different tokens, and a step's time swings with the box), so a question of a few per cent
+needs many repetitions and an interval, not a median of five:
 
 - per cell: the geometric mean of its repetitions' ratios and a 95 % percentile bootstrap
   interval of it (repetitions resampled with replacement);
