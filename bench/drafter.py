@@ -13,7 +13,9 @@ The second table: the committed trained draft's round with the drafter's own Lla
 (specpair.drafter.llama_forward, as served) against the same model through transformers'
 ``LlamaForCausalLM`` forward, two engines driven by the same script with their rounds
 alternating in one loop (the rounds' bits are the same: tests/drafter/test_llama_forward.py).
-The third: what top-p 0.9 adds to the trained draft's round, against T = 1 alone.
+The third: what top-p 0.9 adds to the trained draft's round, against T = 1 alone. The
+fourth: the round with the drafter's own truncation (``--draft-top-k``: q its top k, shipped
+SPARSE) against its untruncated law (a dense row of V at T = 1).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def main() -> None:
     torch.set_num_threads(1)
     try:
         _table()
+        _draft_top_k_table()
     finally:
         torch.set_num_threads(threads)
 
@@ -155,6 +158,28 @@ def _top_p_table(rounds: int = 60) -> None:
         (a, t) = (statistics.median(x) for x in times)
         cells = [f"{statistics.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]" for x in times]
         print(f"| {b} | {cells[0]} | {cells[1]} | {a / t:.2f}x |")
+
+
+
+def _draft_top_k_table(rounds: int = 60) -> None:
+    """The trained draft's rounds with ``--draft-top-k`` k and without, alternating, T = 1
+    and top-p 0.9 (what the truncation saves or costs the drafter; its cost in acceptance is
+    bench/replay.py's)."""
+    model = HFDraftModel(TRAINED)
+    print(f"\n## Drafter round, trained draft: --draft-top-k k vs off (K={K}, prompt {PROMPT}, "
+          f"{rounds} alternating rounds each, median [min-max])\n")
+    print("| sampling | B | k | with k ms/round | off ms/round | with / off |")
+    print("|---|---|---|---|---|---|")
+    for p in (1.0, 0.9):
+        for b in (1, 4, 16):
+            for k in (64, 256):
+                times = _alternate([_Target(DrafterEngine(model, tokenizer_fingerprint=bytes(32),
+                                                          wire_version=1, draft_top_k=top_k),
+                                            b, seed=b, top_p=p) for top_k in (k, 0)], b, rounds)
+                (a, t) = (statistics.median(x) for x in times)
+                cells = [f"{statistics.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]" for x in times]
+                sampling = "T = 1" if p == 1.0 else f"top-p {p:g}"
+                print(f"| {sampling} | {b} | {k} | {cells[0]} | {cells[1]} | {a / t:.2f}x |")
 
 
 if __name__ == "__main__":

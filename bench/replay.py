@@ -6,9 +6,12 @@ window of ``PROMPT_LEN`` tokens of the held-out stream (docs/models.md; windows 
 without overlap, seeded), are continued by the target at T = 1 and at T = 1 with top-p 0.9
 (``specpair.replay.record``); each setting's
 recording is written to OUT/replay-<setting>.safetensors (``specpair replay FILE --depth K``
-replays it) and replayed at depths 1..``DEPTH`` with seeded bootstrap 95 % intervals. Prints
-a table and writes OUT/replay.json. Exit 0 done; 3 cannot run here (this interpreter's stdlib
-is not the pair's corpus); 4 bad input (docs/cli.md's codes).
+replays it) and replayed at depths 1..``DEPTH`` with seeded bootstrap 95 % intervals; then
+the sampled drafts again at depth ``TOP_K_DEPTH`` with q cut to the drafter's own top k
+(``specpair drafter serve --draft-top-k``, k in ``DRAFT_TOP_KS``): what that truncation
+costs in acceptance. Prints the tables and writes OUT/replay.json. Exit 0 done; 3 cannot
+run here (this interpreter's stdlib is not the pair's corpus); 4 bad input (docs/cli.md's
+codes).
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from specpair.cli import Parser
 from specpair.errors import CannotRun
 from specpair.models import corpus
 from specpair.models.train import PINNED_DIR, token_stream
-from specpair.replay.compute import replay
+from specpair.replay.compute import acceptance, expected_accepted, replay
 from specpair.replay.format import save_recording
 from specpair.replay.record import record_from_models
 
 DEPTH = 5  # recorded depth; depths 1..DEPTH are replayed from the same recording
 PROMPT_LEN = 64  # prompt + tokens stay within the 128-token windows the pair was trained on
 SETTINGS = {"t1": (1.0, 1.0), "t1-topp0.9": (1.0, 0.9)}  # name: (temperature, top_p)
+DRAFT_TOP_KS = (0, 64, 256)  # the drafter's --draft-top-k replayed (0: untruncated, the default)
+TOP_K_DEPTH = 3  # the depth bench-live's speculative rows run
 SEED_CARD = "+10.2 % accepted tokens per round, sampled over greedy, depth 5 (seed card)"
 _RANGES = {"prompts": (1, 4096), "tokens": (DEPTH + 1, 128 - PROMPT_LEN),
            "bootstrap": (100, 100_000)}
@@ -83,9 +88,10 @@ def heldout_prompts(tokenizer_json: Path, texts: list[str], n: int, seed: int,
 
 
 def measure(pair: Path, prompt_ids: torch.Tensor, tokens: int, bootstrap: int, seed: int,
-            out: Path, log=lambda msg: None) -> list[dict]:
-    """One row per setting x depth; each setting's recording is written under ``out``."""
-    rows = []
+            out: Path, log=lambda msg: None) -> tuple[list[dict], list[dict]]:
+    """(one row per setting x depth, one per setting x DRAFT_TOP_KS: ``truncated``); each
+    setting's recording is written under ``out``."""
+    rows, truncated = [], []
     out.mkdir(parents=True, exist_ok=True)
     for name, (temperature, top_p) in SETTINGS.items():
         t0 = time.monotonic()
@@ -103,7 +109,12 @@ def measure(pair: Path, prompt_ids: torch.Tensor, tokens: int, bootstrap: int, s
                          "accepted": dataclasses.asdict(r.accepted),
                          "committed": dataclasses.asdict(r.committed),
                          "alpha_greedy": r.alpha_greedy, "alpha_sampled": r.alpha_sampled})
-    return rows
+        for k in DRAFT_TOP_KS:
+            _, a = acceptance(rec, TOP_K_DEPTH, k)
+            truncated.append({"setting": name, "draft_top_k": k, "depth": TOP_K_DEPTH,
+                              "a1": float(a[:, 0].mean()),
+                              "accepted": float(expected_accepted(a).mean())})
+    return rows, truncated
 
 
 def format_table(rows: list[dict]) -> str:
@@ -118,6 +129,18 @@ def format_table(rows: list[dict]) -> str:
             f"{a['diff_ci'][1]:+.3f}] | {a['rel_pct']:+.1f} % [{a['rel_ci_pct'][0]:+.1f}, "
             f"{a['rel_ci_pct'][1]:+.1f}] | {c['greedy']:.3f} -> {c['sampled']:.3f} | "
             f"{c['rel_pct']:+.1f} % [{c['rel_ci_pct'][0]:+.1f}, {c['rel_ci_pct'][1]:+.1f}] |")
+    return "\n".join(lines)
+
+
+def format_truncated(rows: list[dict]) -> str:
+    """The draft-top-k table: each row beside its setting's untruncated one."""
+    whole = {r["setting"]: r for r in rows if r["draft_top_k"] == 0}
+    lines = ["| setting | --draft-top-k | a_1 | accepted/round | over untruncated |",
+             "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        base = whole[r["setting"]]["accepted"]
+        lines.append(f"| {r['setting']} | {r['draft_top_k'] or 'off'} | {r['a1']:.3f} | "
+                     f"{r['accepted']:.3f} | {r['accepted'] / base:.3f} |")
     return "\n".join(lines)
 
 
@@ -136,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prompts, _ = heldout_prompts(a.pair / "target" / "tokenizer.json",
                                      corpus.texts(files, "heldout"), a.prompts, a.seed)
-        rows = measure(a.pair, prompts, a.tokens, a.bootstrap, a.seed, a.out,
+        rows, truncated = measure(a.pair, prompts, a.tokens, a.bootstrap, a.seed, a.out,
                        lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"bench-replay: {e}", file=sys.stderr)
@@ -145,13 +168,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
     meta = {"pair": str(a.pair), "prompts": a.prompts, "prompt_len": PROMPT_LEN,
             "tokens": a.tokens, "bootstrap": a.bootstrap, "seed": a.seed,
-            "wall_s": round(time.monotonic() - t0, 1), "rows": rows}
+            "wall_s": round(time.monotonic() - t0, 1), "rows": rows, "draft_top_k": truncated}
     (a.out / "replay.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"\n## Sampled vs greedy drafts, replay of the pair {a.pair} on held-out text "
           f"({a.prompts} prompts x {PROMPT_LEN} tokens, {a.tokens} sampled tokens each; "
           f"{a.bootstrap} bootstrap resamples, seed {a.seed})")
     print(format_table(rows))
-    print(f"\nbeside: {SEED_CARD}. JSON: {a.out / 'replay.json'}")
+    print(f"\nbeside: {SEED_CARD}.")
+    print(f"\n## Sampled drafts with q cut to the drafter's own top k (--draft-top-k), depth "
+          f"{TOP_K_DEPTH}, the same recordings: a_1 and accepted drafts per round\n")
+    print(format_truncated(truncated))
+    print(f"\nJSON: {a.out / 'replay.json'}")
     return 0
 
 

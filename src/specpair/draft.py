@@ -24,7 +24,7 @@ from specpair.proposal import Proposal, QKind
 from specpair.rng import Stream, uniform
 from specpair.sampling import SamplingParams, process_logits, sample_from_logp, truncated_law
 
-__all__ = ["DraftMode", "draft_step", "propose"]
+__all__ = ["DraftMode", "draft_step", "propose", "with_draft_top_k"]
 
 # next_logits(d_k [B] int64, k) -> logits [B, V] of step k+1 given d_k (k = 1..K-1)
 NextLogits = Callable[[torch.Tensor, int], torch.Tensor]
@@ -37,7 +37,10 @@ class DraftMode(IntEnum):
     GREEDY = 2  # drafts are argmax; q is the point mass (POINT_MASS)
 
 
-def _with_draft_top_k(params: SamplingParams, draft_top_k: int) -> SamplingParams:
+def with_draft_top_k(params: SamplingParams, draft_top_k: int) -> SamplingParams:
+    """The params of the law a drafter with ``--draft-top-k`` draws from: each row's top_k
+    made min(top_k, draft_top_k), 0 (no top-k) counting as unbounded; ``draft_top_k`` 0:
+    ``params`` unchanged."""
     if draft_top_k <= 0:
         return params
     k = params.top_k
@@ -56,7 +59,7 @@ def draft_step(
     assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)
     if mode == DraftMode.GREEDY:
         return _step(logits, params, None, mode, False)
-    eff = _with_draft_top_k(params, draft_top_k)
+    eff = with_draft_top_k(params, draft_top_k)
     return _step(logits, eff, uniform(params.seed, position, Stream.DRAFT), mode, _sparse(eff))
 
 
@@ -113,7 +116,7 @@ def propose(
     # What does not change from step to step is derived once per round: the effective params,
     # the encoding, and every step's DRAFT uniforms (one Philox pass over [B, depth]; each
     # value is the pure function of (seed, position) that draft_step would compute).
-    eff = _with_draft_top_k(params, draft_top_k)
+    eff = with_draft_top_k(params, draft_top_k)
     sparse = mode != DraftMode.GREEDY and _sparse(eff)
     u = None if mode == DraftMode.GREEDY or _argmax_law(eff) else uniform(
         params.seed.unsqueeze(1), position.unsqueeze(1) + torch.arange(depth), Stream.DRAFT)

@@ -67,11 +67,19 @@ def test_heldout_prompts_are_seeded_distinct_windows_of_the_stream(tiny):
 
 
 def test_bench_replay_rows_match_specpair_replay_of_the_written_files(tiny, tmp_path, capsys):
-    from bench.replay import DEPTH, SETTINGS, format_table, measure
+    from bench.replay import (
+        DEPTH,
+        DRAFT_TOP_KS,
+        SETTINGS,
+        TOP_K_DEPTH,
+        format_table,
+        format_truncated,
+        measure,
+    )
 
     prompts = torch.tensor([[1, 20, 30, 40], [1, 50, 60, 70]])
-    rows = measure(tiny.target.parent, prompts, tokens=DEPTH + 1, bootstrap=100, seed=0,
-                   out=tmp_path)
+    rows, truncated = measure(tiny.target.parent, prompts, tokens=DEPTH + 1, bootstrap=100,
+                              seed=0, out=tmp_path)
     assert [(r["setting"], r["depth"]) for r in rows] == [
         (s, d) for s in SETTINGS for d in range(1, DEPTH + 1)]
     assert all(r["rounds"] == 2 for r in rows)  # one round of K + 1 = 6 positions per prompt
@@ -84,6 +92,16 @@ def test_bench_replay_rows_match_specpair_replay_of_the_written_files(tiny, tmp_
     assert res["params"]["top_p"] == pytest.approx(0.9)
     assert res["accepted"]["sampled"] == pytest.approx(row["accepted"]["sampled"])
     assert res["accepted"]["diff_ci"] == pytest.approx(row["accepted"]["diff_ci"])
+    # the draft-top-k rows: untruncated is the sampled row at the same depth; a cut q keeps
+    # less of min(p, q) on the tiny pair's wide laws (V = 512)
+    assert [(r["setting"], r["draft_top_k"]) for r in truncated] == [
+        (s, k) for s in SETTINGS for k in DRAFT_TOP_KS]
+    for s in SETTINGS:
+        same = next(r for r in rows if r["setting"] == s and r["depth"] == TOP_K_DEPTH)
+        got = [r for r in truncated if r["setting"] == s]
+        assert got[0]["accepted"] == pytest.approx(same["accepted"]["sampled"])
+        assert got[1]["accepted"] < got[2]["accepted"] < got[0]["accepted"]
+    assert len(format_truncated(truncated).splitlines()) == 2 + len(truncated)
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -43,6 +43,24 @@ def test_closed_form_on_a_two_token_law():
     assert math.isclose(float(expected_accepted(greedy)[0]), 0.3 + 0.09, abs_tol=1e-6)
 
 
+def test_a_drafters_top_k_truncates_q_only():
+    """With the drafter's own top k, sampled acceptance is sum min(p, q_k), q_k its top k
+    renormalized, p untouched: by hand on a three-token law; top 1 is the argmax's point
+    mass, so it accepts exactly as greedy drafting does; k at or above V changes nothing."""
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
+    rec = Recording(p.log().expand(1, 2, 3).clone(), q.log().expand(1, 1, 3).clone(), 1.0, 0,
+                    1.0)
+    _, whole = acceptance(rec, 1)
+    _, top2 = acceptance(rec, 1, draft_top_k=2)  # q_2 = (0, 0.625, 0.375)
+    assert math.isclose(float(whole), 0.2 + 0.3 + 0.2, abs_tol=1e-6)
+    assert math.isclose(float(top2), 0.0 + 0.3 + 0.2, abs_tol=1e-6)
+    rec = synthetic(rounds=20, depth=3, vocab=32, draft_noise=1.0, seed=8)
+    greedy, untruncated = acceptance(rec, 3)
+    assert torch.allclose(acceptance(rec, 3, draft_top_k=1)[1], greedy, atol=1e-6)
+    assert torch.equal(acceptance(rec, 3, draft_top_k=32)[1], untruncated)
+    assert torch.equal(acceptance(rec, 3, draft_top_k=8)[0], greedy)  # greedy's q: argmax
+
+
 @pytest.mark.parametrize("mode", [DraftMode.SAMPLED, DraftMode.GREEDY])
 def test_monte_carlo_matches_sum_min_p_q_at_one_position(mode):
     """Depth 1: each trial accepts with probability a_r (sum min(p, q), or p(argmax q))."""

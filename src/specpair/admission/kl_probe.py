@@ -1,8 +1,8 @@
 """KL probe: is the q a drafter ships the q its own logits and params define?
 
 The probe recomputes q from the same draft logits and sampling params with
-``specpair.sampling.process_logits`` (the drafter's ``draft_top_k`` applied the
-way ``specpair.draft`` applies it: top_k = min(top_k, draft_top_k), 0 = unset)
+``specpair.sampling.process_logits`` (the drafter's ``draft_top_k`` applied by
+``specpair.draft.with_draft_top_k``: top_k = min(top_k, draft_top_k), 0 = unset)
 and compares it with the shipped q, both renormalized in float64:
 
 - KL(q_recomputed || q_shipped) <= ``KL_MAX`` (1e-8 nats) per row, and
@@ -19,11 +19,12 @@ ratio alone ignores mass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from specpair import qlaw
+from specpair.draft import with_draft_top_k
 from specpair.sampling import SamplingParams, process_logits
 
 __all__ = ["KL_MAX", "LOG_RATIO_MAX", "KlRow", "KlVerdict", "kl_probe"]
@@ -82,10 +83,7 @@ def kl_probe(
     """Compare shipped q with q recomputed from ``logits`` and ``params``."""
     assert logits.ndim == 2 and logits.shape[0] == params.batch, tuple(logits.shape)
     assert q_logp.ndim == 2 and q_logp.shape[0] == logits.shape[0], tuple(q_logp.shape)
-    if draft_top_k > 0:
-        k = params.top_k
-        params = replace(params, top_k=torch.where((k == 0) | (k > draft_top_k),
-                                                   torch.full_like(k, draft_top_k), k))
+    params = with_draft_top_k(params, draft_top_k)
     ref = qlaw.renormalize_(process_logits(logits, params).double())
     ship = _dense(q_logp, q_ids, logits.shape[1])
     in_ref, in_ship = torch.isfinite(ref), torch.isfinite(ship)

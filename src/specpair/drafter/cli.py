@@ -70,8 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "for the requests the target asks them for (default); greedy: only "
                        "argmax drafts, declared as point masses")
     serve.add_argument("--draft-top-k", type=int, default=0, metavar="N",
-                       help="truncate every draft law to its N most likely tokens, "
-                       f"0..{MAX_DRAFT_TOP_K} (0 = off)")
+                       help="truncate every draft law to its N most likely tokens (q then "
+                       "travels SPARSE; fewer drafts accepted where the law is wide: "
+                       f"docs/performance.md, 'The remote round'), 0..{MAX_DRAFT_TOP_K} "
+                       "(0 = off, the default)")
     serve.add_argument("--max-depth", type=int, default=16, metavar="K",
                        help="largest K served, 1..32 (default 16)")
     serve.add_argument("--threads", type=int, default=0, metavar="N",

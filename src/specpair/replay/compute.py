@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specpair.draft import DraftMode, propose
+from specpair.draft import DraftMode, propose, with_draft_top_k
 from specpair.replay.format import Recording
 from specpair.sampling import SamplingParams, process_logits
 from specpair.verify import verify
@@ -74,11 +74,15 @@ def _params(rec: Recording, n: int) -> SamplingParams:
     return SamplingParams.make(n, rec.temperature, rec.top_k, rec.top_p)
 
 
-def acceptance(rec: Recording, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-position acceptance a[r, k] ([R, depth] float64): (greedy, sampled)."""
+def acceptance(rec: Recording, depth: int, draft_top_k: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position acceptance a[r, k] ([R, depth] float64): (greedy, sampled); with
+    ``draft_top_k``, q is the law of a drafter serving with ``--draft-top-k`` (its own top k,
+    ``specpair.draft.with_draft_top_k``), p the request's as recorded."""
     params = _params(rec, rec.rounds)
     p = process_logits(rec.target_logits[:, :depth], params).double().exp()  # [R, K, V]
-    q = process_logits(rec.draft_logits[:, :depth], params).double().exp()  # [R, K, V]
+    q = process_logits(rec.draft_logits[:, :depth],
+                       with_draft_top_k(params, draft_top_k)).double().exp()  # [R, K, V]
     sampled = torch.minimum(p, q).sum(dim=-1)
     greedy = p.gather(2, q.argmax(dim=-1, keepdim=True)).squeeze(2)
     return greedy, sampled
