@@ -124,9 +124,14 @@ def _forward_table(rounds: int = 60) -> None:
                                                   wire_version=1), b, seed=b, k=k)
                             for m in (own, hf)], b, rounds)
         (a, h) = (statistics.median(t) for t in times)
-        cells = [f"{statistics.median(t):.2f} [{min(t):.2f}-{max(t):.2f}]" for t in times]
+        cells = [_ms(t) for t in times]
         print(f"| {b} | {k} | {cells[0]} | {cells[1]} | {a / h:.2f}x |")
     _top_p_table()
+
+
+def _ms(times: list[float]) -> str:
+    """Round times (ms) as a table cell: median [min-max]."""
+    return f"{statistics.median(times):.2f} [{min(times):.2f}-{max(times):.2f}]"
 
 
 def _alternate(targets: list[_Target], b: int, rounds: int) -> list[list[float]]:
@@ -156,9 +161,8 @@ def _top_p_table(rounds: int = 60) -> None:
                                                   wire_version=1), b, seed=b, top_p=p)
                             for p in (0.9, 1.0)], b, rounds)
         (a, t) = (statistics.median(x) for x in times)
-        cells = [f"{statistics.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]" for x in times]
+        cells = [_ms(x) for x in times]
         print(f"| {b} | {cells[0]} | {cells[1]} | {a / t:.2f}x |")
-
 
 
 def _draft_top_k_table(rounds: int = 60) -> None:
@@ -177,7 +181,7 @@ def _draft_top_k_table(rounds: int = 60) -> None:
                                                           wire_version=1, draft_top_k=top_k),
                                             b, seed=b, top_p=p) for top_k in (k, 0)], b, rounds)
                 (a, t) = (statistics.median(x) for x in times)
-                cells = [f"{statistics.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]" for x in times]
+                cells = [_ms(x) for x in times]
                 sampling = "T = 1" if p == 1.0 else f"top-p {p:g}"
                 print(f"| {sampling} | {b} | {k} | {cells[0]} | {cells[1]} | {a / t:.2f}x |")
 

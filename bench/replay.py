@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts, _ = heldout_prompts(a.pair / "target" / "tokenizer.json",
                                      corpus.texts(files, "heldout"), a.prompts, a.seed)
         rows, truncated = measure(a.pair, prompts, a.tokens, a.bootstrap, a.seed, a.out,
-                       lambda msg: print(msg, file=sys.stderr, flush=True))
+                                  lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"bench-replay: {e}", file=sys.stderr)
         return 4

@@ -108,10 +108,10 @@ def paired_cells(measurements: list[dict], pairs: list[tuple[str, str]],
     for row, base in pairs:
         for cell, reps in by.items():
             ratios, best, over_target = [], [], []
-            fixed = _best_row(reps, row, exclude) if base == BEST_ROW else base
+            named = _best_row(reps, row, exclude) if base == BEST_ROW else base
             for _, v in sorted(reps.items()):
                 others = ({n: x for n, x in v.items() if n != row and n not in exclude}
-                          if base == BEST else {fixed: v[fixed]} if fixed in v else {})
+                          if base == BEST else {named: v[named]} if named in v else {})
                 if row not in v or not others:
                     continue
                 name = max(others, key=others.__getitem__)
