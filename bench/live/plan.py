@@ -145,12 +145,14 @@ class Plan:
         return sum(cells * (2 if c.twin else 1) + len(self.concurrencies)  # + warm-ups
                    for c in self.run)
 
-    def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 60.0) -> float:
+    def estimate_s(self, start_s: float = 35.0, tokens_per_s: float = 80.0) -> float:
         """Seconds the run should take on a quiet 2-core box (engine starts plus streams at
-        a conservative rate, SETTLE_S between two engines' turns; up to 4 streams share the
+        a conservative rate, SETTLE_S between two engines' turns; up to 8 streams share the
         two cores at about one stream's rate, more take proportionally longer); a loaded box
-        takes longer."""
-        streams = sum(max(1.0, c / 4) for c in self.concurrencies) / len(self.concurrencies)
+        takes longer. Measured on the Intel box of 2026-12-06/07 (bench/results/): c = 1 and
+        c = 4 alone 16-21 minutes (estimated 22), c = 16 alone 26-32 (32), the full plan 60
+        (69), the foreign workload at c = 1 8.4 (10)."""
+        streams = sum(max(1.0, c / 8) for c in self.concurrencies) / len(self.concurrencies)
         per = (0.3 + (SETTLE_S if len(self.run) > 1 else 0.0)
                + streams * self.max_tokens / tokens_per_s)
         return len(self.run) * start_s + self.measurements() * per
