@@ -232,11 +232,14 @@ def test_pinned_settings_choose_n_gram_rounds_and_seeded_requests_never_get_them
         clock.t += 0.03
 
 
-def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them():
+@pytest.mark.parametrize("held", [False, True], ids=["copied", "host-view"])
+def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them(held):
     """A request whose output repeats its prompt (the drafter's drafts never accepted): once
     the lookup's drafts are seen to match, the step hands them to the verifier, asks the
     drafter nothing for it, and counts them (and their acceptance at the next step) under
-    "ngram" in the session's counters, which /metrics exports beside the drafter's modes."""
+    "ngram" in the session's counters, which /metrics exports beside the drafter's modes.
+    Alike whether the lookup reads a history copied in from ``tokens`` (V2) or the host's
+    own table (``host``: V1's token table)."""
     d = Drafting(K, V, 1000, "unused")
     clock = Clock()
     # steps of 30 ms, whatever this machine does; n-gram drafts on (SPECPAIR_NGRAM set)
@@ -250,8 +253,10 @@ def test_drafting_hands_n_gram_drafts_without_asking_the_drafter_and_counts_them
         n = len(text)
         r = RequestStep("r", n, sampled, 1.0, 0, 1.0, None)
         before = len(d.source.batches)
+        host = (lambda i, t=text: np.asarray(t, dtype=np.int32)) if held else None
         drafts = d.step([r], ["r"], lambda: 0,
-                        lambda i, a, b, t=text: torch.tensor(t[a:b], dtype=torch.int64))[0]
+                        lambda i, a, b, t=text: torch.tensor(t[a:b], dtype=torch.int64),
+                        host=host)[0]
         clock.t += 0.030
         asked.append(len(d.source.batches) > before)
         local.append(d.policy.ngram("r"))

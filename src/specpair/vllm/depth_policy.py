@@ -51,7 +51,7 @@ from specpair.vllm.policy_estimates import (
     Fit,
     Probes,
     count,
-    expected_tokens,
+    expected_each,
     first,
     probe,
 )
@@ -415,7 +415,8 @@ class DepthPolicy:
         a_1..a_K."""
         accepts = [self._estimate(r, NGRAM if r.ngram else r.greedy) for r in reqs]
         round_trip = floor > 0 or not all(r.ngram for r in reqs)
-        rates = [sum(expected_tokens(a, d) for a in accepts)
+        each = [expected_each(a, self.k_max) for a in accepts]
+        rates = [sum(e[d] for e in each)
                  / self.time(max(d, floor), round_trip) for d in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda d: (rates[d], -d)), rates, accepts
 
@@ -444,8 +445,8 @@ class DepthPolicy:
         rounds); the drafter's own mode."""
         r.greedy = r.ngram = False
         accept = self._acceptance(r, False, PRIOR_A, PRIOR_A)
-        rates = [expected_tokens(accept, d) / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
-                 for d in range(self.k_max + 1)]
+        rates = [e / (1.0 + (OWN_ROUND + OWN_DRAFT * d if d else 0.0))
+                 for d, e in enumerate(expected_each(accept, self.k_max))]
         favoured = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
         d = probe(r.probes, favoured, self.k_max, self.setting.probe_every, zero=False)
         self.probe_rounds += d != favoured
@@ -489,8 +490,8 @@ class DepthPolicy:
         from its rounds and refreshed by the engine's probes of it."""
         def best(mode: Hashable, round_trip: bool) -> float:
             a = self._estimate(r, mode)
-            return max(expected_tokens(a, d) / self.time(d, round_trip)
-                       for d in range(1, self.k_max + 1))
+            return max(e / self.time(d, round_trip)
+                       for d, e in enumerate(expected_each(a, self.k_max)) if d)
         if self.k_max == 0 or not self.ngram_adaptive or not r.found:
             return False
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))

@@ -203,20 +203,24 @@ class Drafting:
              appended: Callable[[], int],
              tokens: Callable[[int, int, int], torch.Tensor],
              features: Callable[[int], torch.Tensor] | None = None,
-             depth: int | None = None) -> list[Drafts | None]:
+             depth: int | None = None,
+             host: Callable[[int], np.ndarray] | None = None) -> list[Drafts | None]:
         """Per request of ``reqs`` (in order) the drafts to verify, or None.
 
         ``live``: the request ids vLLM still runs; ``appended()``: a digest of the tokens this
         rank appended at the step just sampled; ``tokens(i, start, n)``: request i's committed
         tokens [start:n] int64; ``features(i)``: the target states that predicted request i's
         tokens committed at this step (drafters that declare features); ``depth``: this
-        step's K when vLLM asks for fewer than the configured one."""
+        step's K when vLLM asks for fewer than the configured one; ``host(i)``: request i's
+        committed tokens [0:n] where the host holds them already (int32, read during this
+        call only; V1: a view of its token table), for the lookup to read without a copy
+        (without it they are copied in from ``tokens``, ``_committed``)."""
         self.steps += 1
         k_max = self.depth if depth is None else min(depth, self.depth)
         plan, answer = None, {}
         if self.drafter:
             try:
-                plan, answer = self._ask(reqs, live, tokens, features, k_max)
+                plan, answer = self._ask(reqs, live, tokens, features, k_max, host)
             except Exception:
                 log.exception("specpair: unexpected error while drafting step %d (a bug, "
                               "counted in errors); the step is target-only", self.steps)
@@ -247,7 +251,8 @@ class Drafting:
     def _ask(self, reqs: Sequence[RequestStep], live: Collection[str],
              tokens: Callable[[int, int, int], torch.Tensor],
              features: Callable[[int], torch.Tensor] | None,
-             k_max: int) -> tuple[_Plan, dict[str, Drafts]]:
+             k_max: int, host: Callable[[int], np.ndarray] | None = None
+             ) -> tuple[_Plan, dict[str, Drafts]]:
         """Rank 0: begin, observe, choose depths, ask the drafter."""
         session, policy = self.session(), self.policy
         session.begin(live)
@@ -262,7 +267,8 @@ class Drafting:
                 policy.observe(r.req_id, r.num_sampled, r.pin,
                                sampling_law(p.temperature, p.top_k, p.top_p), r.reproducible)
                 if policy.looks_up(r.req_id):  # (only the lookup needs the whole history)
-                    history[r.req_id] = self._committed(r, lambda a, b, i=i: tokens(i, a, b))
+                    history[r.req_id] = (host(i) if host is not None else
+                                         self._committed(r, lambda a, b, i=i: tokens(i, a, b)))
                     self._measure_lookup(r, history[r.req_id])
                     # the lookup's drafts: measured at the next step, drafted now if chosen
                     # (the policy knows whether it matched: a function of the history only)

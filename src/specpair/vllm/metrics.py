@@ -124,6 +124,9 @@ class TargetMetrics:
         self.policy_requests.set(0)
         self._depth = -1  # depths exported so far: 0..this
         self._seen: dict[tuple[Any, ...], int] = {}  # (session id, what) -> count exported
+        # (series, label values) -> its child: prometheus_client's ``labels`` takes a lock and
+        # validates the values at every call, about two dozen calls a step (``_child``)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._estimates: Any = None  # the policy's estimates last exported
         self._lock = threading.Lock()
 
@@ -152,21 +155,21 @@ class TargetMetrics:
             self.connected.set(1 if session.connected else 0)
             if session.last_round_s is not None:
                 self.round_seconds.observe(session.last_round_s)
-            self._add(self.rounds, (sid, "rounds"), c.rounds)
-            self._add(self.items.labels("ok", "none"), (sid, "ok"), c.drafted)
-            self._add(self.items.labels("resync", "none"), (sid, "resync"), c.resync)
-            self._add(self.items.labels("refused", "refused"), (sid, "refused"), c.refused)
+            self._add((sid, "rounds"), c.rounds, self.rounds)
+            self._add((sid, "ok"), c.drafted, self.items, "ok", "none")
+            self._add((sid, "resync"), c.resync, self.items, "resync", "none")
+            self._add((sid, "refused"), c.refused, self.items, "refused", "refused")
             for reason, n in c.missing_by_reason.items():
-                self._add(self.items.labels("missing", reason), (sid, "missing", reason), n)
+                self._add((sid, "missing", reason), n, self.items, "missing", reason)
             for what, counter, by in (("drafts", self.draft_tokens, c.draft_tokens_by),
                                       ("accepted", self.accepted, c.accepted_by)):
                 for mode, counts in by.items():
                     for k, n in enumerate(counts, 1):
-                        self._add(counter.labels(str(k), mode), (sid, what, mode, k), n)
+                        self._add((sid, what, mode, k), n, counter, str(k), mode)
             if policy is not None:
                 for k, n in enumerate(policy.chosen):
-                    self._add(self.chosen_depth.labels(str(k)), (id(policy), "chosen", k), n)
-                self._add(self.policy_probes, (id(policy), "probes"), policy.probe_rounds)
+                    self._add((id(policy), "chosen", k), n, self.chosen_depth, str(k))
+                self._add((id(policy), "probes"), policy.probe_rounds, self.policy_probes)
                 self._export_estimates(policy.estimates)
 
     def _export_estimates(self, e: Any) -> None:
@@ -178,11 +181,11 @@ class TargetMetrics:
         self.policy_requests.set(e.requests)
         for k, (rest, rnd, r) in enumerate(zip(e.rest_seconds, e.round_seconds, e.rates,
                                                 strict=True)):
-            self.policy_step_seconds.labels(str(k), "rest").set(rest)
-            self.policy_step_seconds.labels(str(k), "round").set(rnd)
-            self.policy_rate.labels(str(k)).set(r)
+            self._child(self.policy_step_seconds, str(k), "rest").set(rest)
+            self._child(self.policy_step_seconds, str(k), "round").set(rnd)
+            self._child(self.policy_rate, str(k)).set(r)
         for k, a in enumerate(e.accept, 1):
-            self.policy_acceptance.labels(str(k)).set(a)
+            self._child(self.policy_acceptance, str(k)).set(a)
 
     def dropped_at_verify(self) -> None:
         self.dropped.inc()
@@ -190,13 +193,22 @@ class TargetMetrics:
     def rank_mismatch(self, total: int) -> None:
         """Export the drafting's cumulative count of steps the TP guard dropped."""
         with self._lock:
-            self._add(self.rank_mismatch_total, ("rank_mismatch",), total)
+            self._add(("rank_mismatch",), total, self.rank_mismatch_total)
 
-    def _add(self, counter: Any, key: tuple[Any, ...], total: int) -> None:
+    def _add(self, key: tuple[Any, ...], total: int, series: Any, *labels: str) -> None:
+        """Add to ``series`` (its child of ``labels``) what ``key``'s cumulative ``total``
+        grew by since the last call."""
         delta = total - self._seen.get(key, 0)
         if delta > 0:
-            counter.inc(delta)
+            (self._child(series, *labels) if labels else series).inc(delta)
             self._seen[key] = total
+
+    def _child(self, series: Any, *labels: str) -> Any:
+        """``series.labels(*labels)``, made once."""
+        child = self._children.get((series, labels))
+        if child is None:
+            child = self._children[(series, labels)] = series.labels(*labels)
+        return child
 
 
 _TARGET: TargetMetrics | None = None

@@ -13,7 +13,7 @@ from specpair.vllm.policy_setting import PROBE_EVERY
 
 __all__ = ["CLIP", "DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT",
            "ZERO_EVERY", "ZERO_LEN", "Counts", "Estimates", "Fit", "Probes", "count",
-           "expected_tokens", "first", "probe"]
+           "expected_each", "expected_tokens", "first", "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
 PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
@@ -28,11 +28,18 @@ ZERO_LEN = 2  # ... for this many steps (the first after drafted steps is not ti
 
 def expected_tokens(accept: list[float], k: int) -> float:
     """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j: tokens one round commits with k drafts."""
-    total, run = 1.0, 1.0
-    for a in accept[:k]:
-        run *= a
-        total += run
-    return total
+    return expected_each(accept, k)[k]
+
+
+def expected_each(accept: list[float], k: int) -> list[float]:
+    """[E(0), ..., E(k)] in one pass (a position beyond ``accept`` adds nothing)."""
+    out, total, run = [1.0], 1.0, 1.0
+    for j in range(k):
+        if j < len(accept):
+            run *= accept[j]
+            total += run
+        out.append(total)
+    return out
 
 
 @dataclass

@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from specpair import qlaw
@@ -171,7 +172,10 @@ def propose_remote(runner: Any, sampled_token_ids: list[list[int]]) -> list[list
                       torch.tensor([x for t in sampled_token_ids for x in t], dtype=torch.int64),
                       torch.from_numpy(batch.num_tokens_no_spec[:len(req_ids)].astype("int64")))
 
-    drafts = proposer.drafting.step(reqs, set(runner.requests), appended, tokens)
+    def host(i: int) -> np.ndarray:  # V1 keeps every request's tokens on the host (int32)
+        return batch.token_ids_cpu[i, :reqs[i].length]
+
+    drafts = proposer.drafting.step(reqs, set(runner.requests), appended, tokens, host=host)
     # [num_reqs, K, V] fp32 post-temperature q (rows beyond a request's drafts are 0)
     runner._draft_probs = proposer.q.write(drafts).to(runner.device)
     runner._draft_prob_req_ids = req_ids
