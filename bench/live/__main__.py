@@ -1,5 +1,6 @@
-"""python -m bench.live [--quick | --paired | --versus] [--reps N] [--pair DIR] [--out DIR]
-                      [--env KEY=VALUE ...] [--plan] [--report-only [--from LIVE_JSON]]
+"""python -m bench.live [--quick | --paired | --versus | --floor] [--reps N] [--pair DIR]
+                      [--out DIR] [--env KEY=VALUE ...] [--plan]
+                      [--report-only [--from LIVE_JSON]]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
 prints the table and writes OUT/live.json and OUT/live.png (--report-only: the same from the
@@ -25,6 +26,7 @@ from bench.live.plan import (
     PAIRED_REPS,
     K,
     Plan,
+    floor_plan,
     full_plan,
     paired_plan,
     quick_plan,
@@ -50,6 +52,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                       help="target-only, vLLM draft_model and specpair greedy and sampled at "
                       f"T = 0, {PAIRED_REPS} repetitions of every cell: specpair over "
                       "draft_model with bootstrap intervals (default --out build/bench/versus)")
+    mode.add_argument("--floor", action="store_true",
+                      help="target-only and the adaptive engine, its twin pinned off (no "
+                      f"drafts), T = 1 and top-p, {PAIRED_REPS} repetitions of every cell: "
+                      "the adaptive engine and its floor over target-only with bootstrap "
+                      "intervals, what it costs where speculation steps aside (default --out "
+                      "build/bench/floor; --concurrency 16 for the batch alone)")
     p.add_argument("--reps", type=int, default=None, metavar="N",
                    help="repetitions per cell (1..200; default: the plan's)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W[,W...]",
@@ -64,8 +72,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    "generated under OUT)")
     p.add_argument("--out", type=Path, default=None,
                    help="where live.json, live.png and the logs (live-work/) go (default "
-                   "build/bench; build/bench/paired with --paired, build/bench/versus with "
-                   "--versus)")
+                   "build/bench; build/bench/paired, /versus, /floor with --paired, "
+                   "--versus, --floor)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of every engine (e.g. LD_PRELOAD=...)")
     p.add_argument("--plan", action="store_true", help="print the plan and estimate; run nothing")
@@ -91,8 +99,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError:
             p.error(f"--concurrency wants integers, got {a.concurrency[:40]!r}")
     if a.out is None:
-        a.out = Path("build/bench/paired" if a.paired else
-                     "build/bench/versus" if a.versus else "build/bench")
+        a.out = Path("build/bench/paired" if a.paired else "build/bench/versus" if a.versus
+                     else "build/bench/floor" if a.floor else "build/bench")
     for item in a.env:
         if "=" not in item or not item.split("=", 1)[0]:
             p.error(f"--env wants KEY=VALUE, got {item[:60]!r}")
@@ -110,7 +118,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     plan = (quick_plan if a.quick else paired_plan if a.paired else
-            versus_plan if a.versus else full_plan)(a.workloads)
+            versus_plan if a.versus else floor_plan if a.floor else full_plan)(a.workloads)
     if a.reps is not None:
         plan = dataclasses.replace(plan, reps=a.reps)
     if a.concurrency is not None:

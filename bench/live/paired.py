@@ -1,10 +1,12 @@
-"""A row against another, paired per repetition, with intervals (`--paired`, `--versus`).
+"""A row against another, paired per repetition, with intervals (`--paired`, `--versus`,
+`--floor`).
 
 What a pair compares is decode tokens/s, or accepted drafts per drafting round (specpair's
 sampled drafts over its greedy ones, at T > 0: bench.live.plan.ACCEPTANCE).
 
-Three kinds of pair: the adaptive row against its fixed-K twin (within the adaptive engine
-every cell runs twice per repetition, adaptive and twin: bench.live.plan), a row against
+Three kinds of pair: the adaptive row against its twin (fixed-K, or off in the floor plan:
+within the adaptive engine every cell runs twice per repetition, adaptive and twin:
+bench.live.plan), a row against
 another engine's row (``Plan.versus``: the engines take turns in each cell, seconds apart on
 the same prompts), and a row against the best other row of its cell, two ways: BEST, per
 repetition the fastest of every other result row (what a user would pick instead, had they
@@ -33,6 +35,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+
+from bench.live.plan import OFF_TWIN
 
 __all__ = ["BEST", "BEST_ROW", "LOSES_BELOW", "MEASURES", "RESAMPLES", "paired_cells",
            "paired_summary", "paired_summaries", "paired_table", "twin_pairs"]
@@ -201,7 +205,8 @@ def paired_table(summary: dict) -> str:
     if not cells:
         return ""
     row, base = cells[0]["config"], cells[0]["baseline"]
-    where = ("(its requests pinned to fixed:K) in the same engine" if cells[0]["twin"] else
+    where = (f"(its requests pinned to {'off' if base == OFF_TWIN else 'fixed:K'}) in the same "
+             "engine" if cells[0]["twin"] else
              "(another engine, the same cell and repetition, seconds apart)")
     if base == BEST:
         base, where = "the best other row", (f"of the cell, per repetition (best: the row most "

@@ -18,6 +18,11 @@ of its own beside the engines'. Pinned requests teach the adaptive estimates not
 adaptive row stays the policy as shipped, and its ratio to the twin is paired within one
 engine and one repetition.
 
+The ``floor`` plan gives the adaptive engine a twin pinned ``off`` instead (no drafts, no
+policy: the engine with speculation stepped aside) and runs it beside target-only: what a
+specpair engine costs where drafting does not pay, its adaptive requests and its floor over
+target-only, per cell and repetition.
+
 A plan also names rows to compare with another engine's row the same way (``Plan.versus``):
 specpair's fixed rows over vLLM's ``draft_model`` with the same draft weights, per cell and
 repetition, with intervals (bench.live.paired). The ``versus`` plan runs only those engines
@@ -28,12 +33,13 @@ what the wire and the remote drafter cost, many repetitions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specpair.vllm.policy_setting import PIN_ARG
 
-__all__ = ["ACCEPTANCE", "K", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS", "Config", "Plan",
-           "Sampling", "configs", "full_plan", "paired_plan", "quick_plan", "versus_plan"]
+__all__ = ["ACCEPTANCE", "FLOOR", "K", "OFF_TWIN", "PAIRED_REPS", "SETTLE_S", "TWIN", "VERSUS",
+           "Config", "Plan", "Sampling", "configs", "floor_plan", "full_plan", "paired_plan",
+           "quick_plan", "versus_plan"]
 
 K = 3  # draft depth of every speculative configuration
 PAIRED_REPS = 20  # repetitions of the paired plan: enough for a few per cent (bench.live.paired)
@@ -81,6 +87,10 @@ class Config:
 
 
 TWIN = "specpair_fixed_twin"  # the adaptive engine's pinned requests (module docstring)
+OFF_TWIN = "specpair_off_twin"  # ... pinned off, the floor plan's (module docstring)
+# (row, baseline) of the floor plan: the adaptive engine as shipped and its floor, over
+# target-only
+FLOOR = (("specpair_adaptive", "target_only"), (OFF_TWIN, "target_only"))
 # (row, baseline): specpair's fixed rows over vLLM's in-engine draft path, same draft weights
 VERSUS = (("specpair_sampled", "vllm_draft_model"), ("specpair_greedy", "vllm_draft_model"))
 # (row, baseline) compared on accepted drafts per round in the T > 0 cells: sampled drafts
@@ -111,7 +121,7 @@ def configs(calibrate: bool) -> list[Config]:
 
 @dataclass(frozen=True)
 class Plan:
-    name: str  # "full", "QUICK", "paired" or "versus"
+    name: str  # "full", "QUICK", "paired", "versus" or "floor"
     reps: int
     max_tokens: int
     samplings: tuple[Sampling, ...]
@@ -188,3 +198,12 @@ def versus_plan(workloads: tuple[str, ...]) -> Plan:
     names = {"target_only"} | {n for pair in VERSUS for n in pair}
     return Plan("versus", PAIRED_REPS, 128, SAMPLINGS[:1], (1, 4), workloads, False,
                 [c for c in configs(False) if c.name in names], VERSUS)
+
+
+def floor_plan(workloads: tuple[str, ...]) -> Plan:
+    """Target-only and the adaptive engine, its twin pinned ``off``, T = 1 and top-p, many
+    repetitions: what the engine costs where speculation steps aside (module docstring), with
+    intervals (bench.live.paired)."""
+    adaptive = next(c for c in configs(False) if c.twin is not None)
+    return Plan("floor", PAIRED_REPS, 128, SAMPLINGS[1:], CONCURRENCIES, workloads, False,
+                [Config("target_only"), replace(adaptive, twin=(OFF_TWIN, "off"))], FLOOR)

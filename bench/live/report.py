@@ -15,7 +15,7 @@ from bench.live.paired import (
     paired_table,
     twin_pairs,
 )
-from bench.live.plan import ACCEPTANCE, TWIN, configs
+from bench.live.plan import ACCEPTANCE, OFF_TWIN, TWIN, configs
 from bench.live.rows import assemble, check_rows
 
 __all__ = ["document", "plot", "round_split", "table"]
@@ -35,8 +35,8 @@ def _medians(rows: list[dict], config: str) -> dict[tuple, dict[int, float]]:
 
 def _order(rows: list[dict]) -> list[dict]:
     """A cell's rows together (workload, sampling, concurrency), in the plan's engine order
-    (target-only first, the twin last)."""
-    names = [c.name for c in configs(True)] + [TWIN]
+    (target-only first, the twins last)."""
+    names = [c.name for c in configs(True)] + [TWIN, OFF_TWIN]
 
     def key(r: dict) -> tuple:
         rank = names.index(r["config"]) if r["config"] in names else len(names)

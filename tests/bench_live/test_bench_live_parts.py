@@ -25,10 +25,13 @@ from bench.live.paired import (
 )
 from bench.live.plan import (
     ACCEPTANCE,
+    FLOOR,
+    OFF_TWIN,
     PAIRED_REPS,
     TWIN,
     VERSUS,
     K,
+    floor_plan,
     full_plan,
     paired_plan,
     quick_plan,
@@ -38,7 +41,7 @@ from bench.live.report import document, round_split, table
 from bench.live.rows import assemble, check_rows, counter_delta, summary
 
 from specpair.vllm.metrics import ROUND_BUCKETS
-from specpair.vllm.policy_setting import PIN_ARG
+from specpair.vllm.policy_setting import PIN_ARG, parse_setting
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,6 +98,11 @@ def test_a_twin_is_its_own_row_and_its_engine_mate_is_paired_with_it_per_repetit
     # geometric mean of 0.9 and 1.2, then the median [min-max] of the two ratios
     assert f"code     T=1        c=1: {(0.9 * 1.2) ** 0.5:.3f} [" in text
     assert "]  1.050 [0.900-1.200]  n=2" in text
+    # the floor plan's twin is pinned off, and its table says so
+    off = [{**m, "config": OFF_TWIN} if m["config"] == "t" else m for m in ms]
+    text = table(document(off, set(), {"title": "t"}, {"greedy": 0.0, "sampled": 0.0}, FLOOR))
+    assert f"a over {OFF_TWIN} (its requests pinned to off) in the same engine" in text
+    assert f"{OFF_TWIN} over target_only (another engine" in text
 
 
 def test_the_round_split_sums_a_configs_cells_per_concurrency():
@@ -449,6 +457,19 @@ def test_the_versus_plan_runs_draft_model_and_specpairs_fixed_rows_at_t0_many_ti
     assert all(c.twin is None for c in plan.run)
     assert full_plan(("code",)).versus == quick_plan(("code",)).versus == VERSUS
     assert paired_plan(("code",)).versus == ()
+
+
+def test_the_floor_plan_runs_target_only_and_the_adaptive_engine_with_a_twin_pinned_off():
+    plan = floor_plan(("code", "prose"))
+    assert [c.name for c in plan.run] == ["target_only", "specpair_adaptive"]
+    assert plan.run[1].twin == (OFF_TWIN, "off") and plan.reps == PAIRED_REPS
+    assert plan.run[1].env == {"SPECPAIR_DEPTH_POLICY": "adaptive"}  # the policy as shipped
+    assert [s.temperature for s in plan.samplings] == [1.0, 1.0]
+    assert [s.top_p for s in plan.samplings] == [1.0, 0.9]
+    assert plan.versus == FLOOR == (("specpair_adaptive", "target_only"),
+                                    (OFF_TWIN, "target_only"))
+    assert plan.measurements() == 20 * 12 * 3 + 2 * 3  # target-only, adaptive, twin; warm-ups
+    assert parse_setting("off", K).mode == "off"  # the twin's pin is a setting the engine reads
 
 
 def test_specpair_rows_pin_the_depth_policy_and_adaptive_runs_it_as_shipped():
