@@ -14,7 +14,14 @@ from prometheus_client import CollectorRegistry
 from specpair.vllm import depth_policy, policy_estimates
 from specpair.vllm.depth_policy import DepthPolicy, sampling_law
 from specpair.vllm.metrics import TargetMetrics
-from specpair.vllm.policy_estimates import PROBE_LEN, ZERO_LEN, Fit, expected_tokens, probe
+from specpair.vllm.policy_estimates import (
+    PROBE_LEN,
+    ZERO_LEN,
+    Fit,
+    expected_each,
+    expected_tokens,
+    probe,
+)
 from specpair.vllm.policy_setting import PROBE_EVERY, PolicySetting, parse_setting
 
 K = 4
@@ -50,6 +57,9 @@ def test_expected_tokens_is_one_plus_the_sum_of_prefix_products():
     assert expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
     assert expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert expected_tokens([1.0, 0.0, 1.0], 3) == 2.0
+    # every depth's in one pass, as the policy reads them; past the estimates, flat
+    assert expected_each([0.5, 0.5, 0.5], 3) == [1.0, 1.5, 1.75, 1.875]
+    assert expected_each([0.5], 3) == [1.0, 1.5, 1.5, 1.5]
 
 
 def test_it_picks_the_k_maximizing_expected_tokens_per_second():
