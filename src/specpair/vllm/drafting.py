@@ -251,7 +251,7 @@ class Drafting:
     def _ask(self, reqs: Sequence[RequestStep], live: Collection[str],
              tokens: Callable[[int, int, int], torch.Tensor],
              features: Callable[[int], torch.Tensor] | None,
-             k_max: int, host: Callable[[int], np.ndarray] | None = None
+             k_max: int, host: Callable[[int], np.ndarray] | None
              ) -> tuple[_Plan, dict[str, Drafts]]:
         """Rank 0: begin, observe, choose depths, ask the drafter."""
         session, policy = self.session(), self.policy

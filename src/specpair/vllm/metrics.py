@@ -117,16 +117,16 @@ class TargetMetrics:
             "specpair_policy_probe_rounds", "Request-rounds the depth policy drafted at a depth "
             "its estimates did not favour (probes: at most one adaptive step in 16)",
             registry=registry)
+        # (series, label values) -> its child: prometheus_client's ``labels`` takes a lock and
+        # validates the values at every call, about two dozen calls a step (``_child``)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         for outcome, reason in ITEM_LABELS:
-            self.items.labels(outcome, reason)
+            self._child(self.items, outcome, reason)
         self.connected.set(0)
         self.policy_favoured.set(0)
         self.policy_requests.set(0)
         self._depth = -1  # depths exported so far: 0..this
         self._seen: dict[tuple[Any, ...], int] = {}  # (session id, what) -> count exported
-        # (series, label values) -> its child: prometheus_client's ``labels`` takes a lock and
-        # validates the values at every call, about two dozen calls a step (``_child``)
-        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._estimates: Any = None  # the policy's estimates last exported
         self._lock = threading.Lock()
 
@@ -135,15 +135,15 @@ class TargetMetrics:
         (the configured K); the policy's gauges likewise."""
         with self._lock:
             for k in range(self._depth + 1, depth + 1):
-                self.chosen_depth.labels(str(k))
-                self.policy_rate.labels(str(k)).set(0)
+                self._child(self.chosen_depth, str(k))
+                self._child(self.policy_rate, str(k)).set(0)
                 for part in PARTS:
-                    self.policy_step_seconds.labels(str(k), part).set(0)
+                    self._child(self.policy_step_seconds, str(k), part).set(0)
                 if k:
-                    self.policy_acceptance.labels(str(k)).set(0)
+                    self._child(self.policy_acceptance, str(k)).set(0)
                     for mode in MODES:
-                        self.draft_tokens.labels(str(k), mode)
-                        self.accepted.labels(str(k), mode)
+                        self._child(self.draft_tokens, str(k), mode)
+                        self._child(self.accepted, str(k), mode)
             self._depth = max(self._depth, depth)
 
     def publish(self, session: Any, policy: Any = None) -> None:
