@@ -1,5 +1,5 @@
-"""python -m bench.live [--quick | --paired | --versus | --floor] [--reps N] [--pair DIR]
-                      [--out DIR] [--env KEY=VALUE ...] [--plan]
+"""python -m bench.live [--quick | --paired | --versus | --floor] [--steady] [--reps N]
+                      [--pair DIR] [--out DIR] [--env KEY=VALUE ...] [--plan]
                       [--report-only [--from LIVE_JSON]]
 
 Prints what it will run and about how long it takes, then runs it (progress on stderr),
@@ -58,6 +58,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                       "the adaptive engine and its floor over target-only with bootstrap "
                       "intervals, what it costs where speculation steps aside (default --out "
                       "build/bench/floor; --concurrency 16 for the batch alone)")
+    p.add_argument("--steady", action="store_true",
+                   help="at c > 1 keep c requests in flight (each stream a lead-in, its "
+                   "measured request and a cover, the measured ones spread over one request's "
+                   "time), as a serving engine under a steady load, instead of sending c at "
+                   "once; their decode time by the client's chunk times; about 2 - 1/c times "
+                   "a turn's time")
     p.add_argument("--reps", type=int, default=None, metavar="N",
                    help="repetitions per cell (1..200; default: the plan's)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W[,W...]",
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             versus_plan if a.versus else floor_plan if a.floor else full_plan)(a.workloads)
     if a.reps is not None:
         plan = dataclasses.replace(plan, reps=a.reps)
+    if a.steady:
+        plan = dataclasses.replace(plan, steady=True)
     if a.concurrency is not None:
         if not set(a.concurrency) <= set(plan.concurrencies):
             print(f"bench-live: --concurrency {','.join(map(str, a.concurrency))}: the "
@@ -138,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{plan.reps} interleaved repetitions x {len(plan.cells(0))} cells "
           f"(workloads {', '.join(plan.workloads)}; "
           f"{', '.join(s.label for s in plan.samplings)}; concurrency "
-          f"{', '.join(map(str, plan.concurrencies))}), {plan.max_tokens} tokens per stream, "
+          f"{', '.join(map(str, plan.concurrencies))}"
+          f"{', c > 1 kept in flight' if plan.steady else ''}), "
+          f"{plan.max_tokens} tokens a request, "
           f"K = {K}. About {est / 60:.0f} minutes on a quiet 2-core box; longer on a loaded one.",
           file=sys.stderr, flush=True)
     if a.plan:
@@ -174,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    meta = {"title": f"make bench-live, {plan.name} plan ({pair.name}, {started})",
-            "plan": plan.name, "pair": str(pair.resolve()), "served_model_name": model_name,
+    arrivals = "steady" if plan.steady else "waves"
+    meta = {"title": f"make bench-live, {plan.name} plan, {arrivals} ({pair.name}, {started})",
+            "plan": plan.name, "arrivals": arrivals, "pair": str(pair.resolve()),
+            "served_model_name": model_name,
             "started": started, "k": K, "reps": plan.reps, "max_tokens": plan.max_tokens,
             "engine_env": base_env | extra_env,
             "intel_openmp_preloaded": "libiomp" in (base_env | extra_env).get("LD_PRELOAD", ""),

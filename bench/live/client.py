@@ -1,5 +1,6 @@
 """What the live benchmark asks of a running vLLM API server: timed streaming completions
-(one stream, or several at once) and its speculative-decoding counters from /metrics."""
+(one stream, several sent at once, or several kept in flight) and its speculative-decoding
+counters from /metrics."""
 
 from __future__ import annotations
 
@@ -7,23 +8,26 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specpair.vllm.metrics import ROUND_BUCKETS
 
-__all__ = ["ROUND_BUCKET", "SPEC_COUNTERS", "Stream", "round_quantile", "spec_counters", "stream",
-           "streams"]
+__all__ = ["ROUND_BUCKET", "SPEC_COUNTERS", "Steady", "Stream", "in_flight", "round_quantile",
+           "spec_counters", "steady", "steady_lengths", "stream", "streams"]
 
 ROUND_BUCKET = "specpair_round_seconds_bucket"  # the target's round time histogram
 
 
 @dataclass(frozen=True)
 class Stream:
-    """One streamed completion: its tokens and when its first and last text arrived."""
+    """One streamed completion: its tokens, when it was sent and when its first and last
+    text arrived."""
 
     tokens: int  # completion tokens (the final usage chunk)
     t_first: float  # time.perf_counter() when the first text chunk arrived (prefill done)
     t_last: float  # ... when the last one arrived
+    t_sent: float  # ... when the request was sent
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -46,6 +50,7 @@ def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: flo
         req["vllm_xargs"] = xargs
     body = json.dumps(req)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    t_sent = time.perf_counter()
     try:
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -67,21 +72,85 @@ def stream(port: int, model: str, prompt: str, max_tokens: int, temperature: flo
         conn.close()
     if tokens is None or t_first is None or tokens < 2:
         raise RuntimeError(f"the stream gave no decode window (tokens {tokens})")
-    return Stream(tokens, t_first, t_last)
+    return Stream(tokens, t_first, t_last, t_sent)
 
 
 def streams(port: int, model: str, prompts: list[str], max_tokens: int, temperature: float,
             top_p: float, xargs: dict | None = None) -> list[Stream]:
     """``len(prompts)`` streams sent at once, one thread each."""
-    out: list[Stream | BaseException | None] = [None] * len(prompts)
+    return [got[0] for got in _threads(
+        [[(p, max_tokens)] for p in prompts],
+        lambda prompt, n: stream(port, model, prompt, n, temperature, top_p, xargs))]
 
-    def one(i: int) -> None:
+
+@dataclass(frozen=True)
+class Steady:
+    """What ``steady`` measured: the measured requests, every request of the turn, and the
+    time-mean share of the c requests in flight over the measured requests' decode."""
+
+    measured: list[Stream]
+    every: list[Stream]
+    in_flight: float
+
+
+def steady_lengths(c: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Per stream i of ``c``: (lead-in tokens, cover tokens) of ``steady`` (0: no such
+    request). Stream i's measured request starts after i/c of one request's tokens, so the c
+    measured ones start spread over one request's time; its cover lasts until the last
+    measured request has ended, with an eighth of a request to spare (requests advance
+    unevenly where drafts are accepted); the last stream needs none."""
+    spare = max(2, max_tokens // 8)
+    out = []
+    for i in range(c):
+        lead = round(max_tokens * i / c)
+        cover = 0 if i == c - 1 else round(max_tokens * (c - 1 - i) / c) + spare
+        out.append((max(2, lead) if lead else 0, cover))
+    return out
+
+
+def steady(port: int, model: str, prompts: list[str], fill: list[str], max_tokens: int,
+           temperature: float, top_p: float, xargs: dict | None = None) -> Steady:
+    """``len(prompts)`` = c requests kept in flight, as a serving engine under a steady load
+    sees them: stream i sends, back to back, a lead-in request (prompt ``fill[i]``,
+    ``steady_lengths``), its measured request (``prompts[i]``, ``max_tokens``) and a cover
+    request (``fill[i]``), so that each measured request decodes beside c - 1 others from
+    its first token to its last, without the shared start and ragged end of c requests sent
+    at once (``streams``): there the last of them finish in ever smaller batches."""
+    lengths = steady_lengths(len(prompts), max_tokens)
+    plans = [[(f, lead)] * bool(lead) + [(p, max_tokens)] + [(f, cover)] * bool(cover)
+             for p, f, (lead, cover) in zip(prompts, fill, lengths, strict=True)]
+    got = _threads(plans, lambda prompt, n: stream(port, model, prompt, n, temperature, top_p,
+                                                   xargs))
+    measured = [g[bool(lead)] for g, (lead, _) in zip(got, lengths, strict=True)]
+    every = [s for g in got for s in g]
+    return Steady(measured, every, in_flight(every, measured, len(prompts)))
+
+
+def in_flight(every: list[Stream], measured: list[Stream], c: int) -> float:
+    """The time-mean number of ``every``'s requests in flight (sent, last text not yet in)
+    over the decode windows of ``measured`` (first text to last), over ``c``."""
+    total = busy = 0.0
+    for m in measured:
+        total += m.t_last - m.t_first
+        for s in every:
+            busy += max(0.0, min(s.t_last, m.t_last) - max(s.t_sent, m.t_first))
+    return busy / (c * total) if total > 0 else 0.0
+
+
+def _threads(plans: list[list[tuple[str, int]]],
+             one: Callable[[str, int], Stream]) -> list[list[Stream]]:
+    """Per plan, one thread sending its (prompt, tokens) requests back to back; every
+    thread started at once. A failed request's error is re-raised in the caller's thread."""
+    out: list[list[Stream] | BaseException] = [[] for _ in plans]
+
+    def run(i: int) -> None:
         try:
-            out[i] = stream(port, model, prompts[i], max_tokens, temperature, top_p, xargs)
+            for prompt, n in plans[i]:
+                out[i].append(one(prompt, n))  # type: ignore[union-attr]
         except BaseException as exc:  # re-raised below, in the caller's thread
             out[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(plans))]
     for t in threads:
         t.start()
     for t in threads:

@@ -23,6 +23,13 @@ policy: the engine with speculation stepped aside) and runs it beside target-onl
 specpair engine costs where drafting does not pay, its adaptive requests and its floor over
 target-only, per cell and repetition.
 
+A plan's turns at c > 1 send their c requests at once (waves) or, with ``steady``, keep c
+in flight (bench.live.client.steady: each stream a lead-in, its measured request and a
+cover back to back, the measured requests spread over one request's time), as a serving
+engine under a steady load runs them: a wave's requests start together and the last of them
+finish in ever smaller batches, a cost that drafts, advancing requests unevenly, add to and
+that a steady load does not have. A steady turn takes about 2 - 1/c times a wave's.
+
 A plan also names rows to compare with another engine's row the same way (``Plan.versus``):
 specpair's fixed rows over vLLM's ``draft_model`` with the same draft weights, per cell and
 repetition, with intervals (bench.live.paired). The ``versus`` plan runs only those engines
@@ -130,6 +137,7 @@ class Plan:
     calibrate: bool
     run: list[Config] = field(default_factory=list)
     versus: tuple[tuple[str, str], ...] = ()  # (row, baseline) pairs the report compares
+    steady: bool = False  # c > 1: c requests kept in flight, not sent at once (docstring)
 
     def cells(self, rep: int) -> list[tuple[str, Sampling, int]]:
         """Every cell once, rotated by ``rep``."""
@@ -162,7 +170,8 @@ class Plan:
         takes longer. Measured on the Intel box of 2026-12-06/07 (bench/results/): c = 1 and
         c = 4 alone 16-21 minutes (estimated 22), c = 16 alone 26-32 (32), the full plan 60
         (69), the foreign workload at c = 1 8.4 (10)."""
-        streams = sum(max(1.0, c / 8) for c in self.concurrencies) / len(self.concurrencies)
+        streams = sum(max(1.0, c / 8) * (2 - 1 / c if self.steady else 1.0)
+                      for c in self.concurrencies) / len(self.concurrencies)
         per = (0.3 + (SETTLE_S if len(self.run) > 1 else 0.0)
                + streams * self.max_tokens / tokens_per_s)
         return len(self.run) * start_s + self.measurements() * per

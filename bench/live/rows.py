@@ -4,13 +4,16 @@ A measurement is one repetition of one cell in one engine: a dict with ``config`
 ``workload``, ``temperature``, ``top_p``, ``concurrency``, ``rep``, ``tokens_per_s`` (decode
 tokens per second over the cell's concurrent streams: their tokens after the first over their
 mean decode time, first token to last by the engine core's timestamps, vLLM's
-``vllm:request_decode_time_seconds``; prefill excluded), ``stream_tokens_per_s`` (the same from
-the client's chunk arrival times, a cross-check that a starved client or API server distorts;
-None where a stream came in one chunk), ``decode_tokens`` (those tokens, summed) and
-``counters`` (the change of vLLM's spec-decode counters, its decode-time sums and specpair's
-round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``) and ``twin_of`` (the
-config whose engine ran it with the requests' own depth policy pinned, or None:
-bench.live.plan's twin).
+``vllm:request_decode_time_seconds``; prefill excluded; under steady arrivals, by the client's
+chunk times, bench.live.run), ``stream_tokens_per_s`` (the same from the client's chunk
+arrival times, a cross-check that a starved client or API server distorts; None where a stream
+came in one chunk), ``decode_tokens`` (the tokens after the first of every request of the
+turn, summed), ``counters`` (the change of vLLM's spec-decode counters, its decode-time sums
+and specpair's round-time sums over the measurement, ``bench.live.client.SPEC_COUNTERS``),
+``twin_of`` (the config whose engine ran it with the requests' own depth policy pinned, or
+None: bench.live.plan's twin) and ``in_flight`` (under steady arrivals the share of c
+requests in flight while the measured ones decoded, bench.live.client.in_flight; else None or
+absent).
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ def assemble(measurements: list[dict]) -> list[dict]:
             "steps": decoded - accepted,
             "round_p99_s": round_quantile(c["round_le"], 0.99) if c.get("round_le") else None,
             "counters": c, "reps": len(ms),
+            "in_flight": summary([m["in_flight"] for m in ms])
+            if all(m.get("in_flight") is not None for m in ms) else None,
         })
     return rows
 

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.live.client import spec_counters, streams
-from bench.live.plan import SETTLE_S, Config, Plan
+from bench.live.client import spec_counters, steady, streams
+from bench.live.plan import SETTLE_S, Config, Plan, Sampling
 from bench.live.rows import counter_delta
 from bench.live.workloads import prompts_for
 from bench.pairprocs import ApiServer, Drafter, free_port, new_key_file, overlaid_vllm
@@ -96,6 +96,34 @@ def finished(server: ApiServer, drafter: Drafter | None, before: dict, n: int) -
         time.sleep(0.05)
 
 
+def _turn(plan: Plan, server: ApiServer, drafter: Drafter | None, model: str, workload: str,
+          sampling: Sampling, c: int, rep: int, xargs: dict | None) -> dict:
+    """One engine's turn at a cell: its measurement (bench.live.rows), but config and twin_of.
+    Waves: c requests sent at once, their decode time by the engine core's timestamps;
+    steady (``plan.steady``, c > 1): c kept in flight (bench.live.client.steady), the measured
+    requests' decode time by the client's chunk times (the engine's sums hold every request
+    of the turn), and ``in_flight``, the share of c held while they decoded."""
+    before = counters(server, drafter)
+    prompts = prompts_for(workload, rep, c)
+    args = (plan.max_tokens, sampling.temperature, sampling.top_p, xargs)
+    held = None
+    if plan.steady and c > 1:
+        got = steady(server.port, model, prompts, prompts[1:] + prompts[:1], *args)
+        delta = finished(server, drafter, before, len(got.every))
+        decode_s, held = sum(s.t_last - s.t_first for s in got.measured), got.in_flight
+        measured, decoded = got.measured, sum(s.tokens - 1 for s in got.every)
+    else:
+        measured = streams(server.port, model, prompts, *args)
+        delta = finished(server, drafter, before, c)
+        decode_s, decoded = delta["decode_s_sum"], sum(s.tokens - 1 for s in measured)
+    seen = [s.decode_tokens_per_s for s in measured]
+    return {"workload": workload, "temperature": sampling.temperature,
+            "top_p": sampling.top_p, "concurrency": c, "rep": rep,
+            "tokens_per_s": sum(s.tokens - 1 for s in measured) / (decode_s / c),
+            "stream_tokens_per_s": None if None in seen else sum(seen),
+            "decode_tokens": decoded, "counters": delta, "in_flight": held}
+
+
 def _memory_check(engines: int) -> None:
     """Raise RuntimeError when the box has too little memory for ``engines`` engines up at
     once (bench.live.plan: they take turns)."""
@@ -146,21 +174,10 @@ def run(plan: Plan, pair: Path, model_name: str, work: Path,
                         if last not in (None, config.name):
                             time.sleep(SETTLE_S)
                         last = config.name
-                        before = counters(server, drafter)
-                        got = streams(server.port, model_name, prompts_for(workload, rep, c),
-                                      plan.max_tokens, sampling.temperature, sampling.top_p,
-                                      xargs)
-                        delta = finished(server, drafter, before, c)
-                        decoded = sum(s.tokens - 1 for s in got)
-                        seen = [s.decode_tokens_per_s for s in got]
-                        out.append({
-                            "config": name, "workload": workload,
-                            "temperature": sampling.temperature, "top_p": sampling.top_p,
-                            "concurrency": c, "rep": rep,
-                            "tokens_per_s": decoded / (delta["decode_s_sum"] / c),
-                            "stream_tokens_per_s": None if None in seen else sum(seen),
-                            "decode_tokens": decoded, "counters": delta,
-                            "twin_of": config.name if xargs else None})
+                        out.append({"config": name,
+                                    "twin_of": config.name if xargs else None}
+                                   | _turn(plan, server, drafter, model_name, workload,
+                                           sampling, c, rep, xargs))
                         raw.write(json.dumps(out[-1]) + "\n")
                         raw.flush()
                 progress(f"repetition {rep + 1}/{plan.reps} done "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from bench.live.__main__ import main as live_main
-from bench.live.client import Stream, round_quantile, spec_counters
+from bench.live.client import Stream, in_flight, round_quantile, spec_counters, steady_lengths
 from bench.live.model import FLAG, predict, verify_s
 from bench.live.paired import (
     BEST,
@@ -380,8 +380,28 @@ def test_spec_counters_read_vllm_and_drafter_texts():
 
 
 def test_a_stream_in_one_chunk_has_no_client_side_rate():
-    assert Stream(33, 1.0, 1.5).decode_tokens_per_s == 64.0
-    assert Stream(33, 1.0, 1.0).decode_tokens_per_s is None  # merged by a late API server
+    assert Stream(33, 1.0, 1.5, 0.9).decode_tokens_per_s == 64.0
+    assert Stream(33, 1.0, 1.0, 0.9).decode_tokens_per_s is None  # merged by a late API server
+
+
+def test_steady_streams_spread_the_measured_requests_and_cover_them_to_the_last_one():
+    assert steady_lengths(1, 128) == [(0, 0)]  # one stream: its measured request alone
+    got = steady_lengths(4, 128)
+    assert [lead for lead, _ in got] == [0, 32, 64, 96]  # starts spread over one request
+    # every stream is busy until the last measured request has ended, 16 tokens to spare
+    assert [lead + 128 + cover for lead, cover in got[:-1]] == [96 + 128 + 16] * 3
+    assert got[-1][1] == 0
+    got = steady_lengths(16, 32)  # short requests: no request under 2 tokens
+    assert min(n for pair in got for n in pair if n) >= 2
+
+
+def test_in_flight_is_the_time_mean_share_of_c_while_the_measured_requests_decode():
+    measured = [Stream(11, 1.0, 3.0, 0.5), Stream(11, 2.0, 4.0, 1.5)]
+    # stream 0's cover from 3.0, stream 1's lead-in until 1.5: both busy in both windows
+    assert in_flight(measured + [Stream(5, 3.2, 4.5, 3.0), Stream(5, 0.2, 1.5, 0.0)],
+                     measured, 2) == pytest.approx(1.0)
+    # nothing beside them: [1, 3] has the other from 1.5 (75 %), [2, 4] from nothing past 3
+    assert in_flight(measured, measured, 2) == pytest.approx((1.5 + 2 + 2 + 1) / (2 * 4))
 
 
 def test_round_histogram_gives_an_upper_bound_of_the_p99():
@@ -516,6 +536,13 @@ def test_the_command_tells_its_plan_and_duration_and_refuses_bad_input(tmp_path,
     assert live_main(["--paired", "--workloads", "foreign", "--concurrency", "1", "--plan"]) == 0
     assert "(workloads foreign; T=0, T=1, T=1 top-p 0.9; concurrency 1)" in \
         capsys.readouterr().err
+    minutes = {}
+    for flags in ([], ["--steady"]):  # c requests kept in flight: about 2 - 1/c a turn's time
+        assert live_main(["--floor", "--concurrency", "16", "--plan", *flags]) == 0
+        err = capsys.readouterr().err
+        assert ("concurrency 16, c > 1 kept in flight)" in err) == bool(flags), err
+        minutes[bool(flags)] = int(err.split("About ")[1].split()[0])
+    assert 1.6 * minutes[False] < minutes[True] < 2.1 * minutes[False], minutes
 
 
 def test_report_only_renders_table_json_and_png_from_a_runs_measurements(tmp_path, capsys):

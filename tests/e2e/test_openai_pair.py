@@ -196,6 +196,23 @@ def test_a_request_carries_its_own_depth_policy(pair, client):
     assert bad[K] > pinned[K] and bad[1] == pinned[1], (pinned, bad)
 
 
+def test_the_bench_keeps_requests_in_flight_on_the_engine(pair):
+    """`make bench-live STEADY=1`'s streams (bench.live.client.steady) on this engine: three
+    streams, each a lead-in, its measured request and a cover back to back, every one of
+    exactly its tokens, the measured requests sent one after another and decoding beside
+    the others."""
+    from bench.live.client import steady
+
+    got = steady(pair["server"].port, MODEL, [PROMPT] * 3, [PROMPT] * 3, 12, 1.0, 1.0)
+    print(f"in flight {got.in_flight:.3f} of 3 while the measured requests decoded")
+    assert [s.tokens for s in got.measured] == [12] * 3
+    # leads 0, 4, 8; covers 8 + 2 and 4 + 2 (an eighth of 12 spare, at least 2); none last
+    assert sorted(s.tokens for s in got.every) == [4, 6, 8, 10, 12, 12, 12]
+    sent = [s.t_sent for s in got.measured]
+    assert sent == sorted(sent), sent
+    assert got.in_flight > 0.75
+
+
 def test_drafter_killed_target_only_then_back_by_itself(pair, client):
     server, drafter = pair["server"], pair["drafter"]
     before = pair.get("before_kill") or _samples(server.metrics())
