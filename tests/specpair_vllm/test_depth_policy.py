@@ -103,6 +103,34 @@ def test_one_slow_step_at_a_rare_depth_does_not_lift_the_line():
     assert fit.time(1) == fit.time(3) < 0.017
 
 
+def test_a_batch_drafts_only_where_it_beats_no_drafts_by_the_margin(monkeypatch):
+    """In a batch, drafting's one-off costs (a stretch's catch-up round, the prompts of
+    requests joining while it drafts) are not in the fitted step times: d > 0 must beat
+    d = 0 by more than MARGIN there. Four requests whose best depth gains 1.6 % over no drafts
+    stay at 0; one of them alone, or the four at a gain of 17 %, draft. Without the margin
+    (the control) the four draft at 1.6 %."""
+    def best(accept: float, reqs: list[str]) -> int:
+        p = DepthPolicy(K, clock=Clock())
+        p.begin(set(reqs))
+        for k in itertools.islice(itertools.cycle(range(K + 1)), 300):
+            p.fit.add(k, 1.3 + 0.1 * k if k else 1.0)  # the verify's jump once there are drafts
+        for rid in reqs:
+            p.observe(rid, 1)
+            p._reqs[rid].counts[False].tested[:] = [1e6] * K
+            p._reqs[rid].counts[False].accepted[:] = [accept * 1e6] * K
+        return p.best(reqs)
+
+    four = ["r0", "r1", "r2", "r3"]
+    rates = [expected_tokens([0.38] * K, d) / (1.3 + 0.1 * d if d else 1.0)
+             for d in range(K + 1)]
+    assert 1.0 < max(rates) / rates[0] < 1 + depth_policy.MARGIN  # 1.016 at d = 2
+    assert best(0.38, four) == 0
+    assert best(0.38, ["r0"]) == 2
+    assert best(0.5, four) == 3
+    monkeypatch.setattr(depth_policy, "MARGIN", 0.0)
+    assert best(0.38, four) == 2  # the control
+
+
 def test_a_batch_drafts_one_depth_for_the_sum_of_its_requests_tokens():
     """The step costs what its deepest request costs: with a request whose drafts are
     accepted (0.9) beside one whose drafts never are, the batch's depth maximizes the sum
@@ -440,7 +468,7 @@ def test_a_new_kinds_first_step_without_drafts_is_timed_on_more_than_one_step(mo
     accepted with 0.6: 2.2 tokens a request in 100 ms lose to 1 in 37. After its first zero
     probe (4 steps, 3 timed) the policy drafts only two probe bursts at K in the last 104
     steps. The control, that probe two steps long (as before): t(0) read from its one timed
-    step, 51 ms, and the policy drafted all 104."""
+    step, 51 ms, and the policy drafted 71 of the 104 (all 104 before a batch's MARGIN)."""
     def drafted() -> int:
         clock = Clock()
         p = DepthPolicy(3, clock=clock)
@@ -464,7 +492,7 @@ def test_a_new_kinds_first_step_without_drafts_is_timed_on_more_than_one_step(mo
         return d
 
     monkeypatch.setattr(depth_policy, "probe", two_steps_first)
-    assert drafted() >= 90  # the control
+    assert drafted() >= 60  # the control
 
 
 def test_parse_setting_accepts_the_documented_values_and_names_bad_ones():
