@@ -109,19 +109,20 @@ def _turn(plan: Plan, server: ApiServer, drafter: Drafter | None, model: str, wo
     held = None
     if plan.steady and c > 1:
         got = steady(server.port, model, prompts, prompts[1:] + prompts[:1], *args)
-        delta = finished(server, drafter, before, len(got.every))
-        decode_s, held = sum(s.t_last - s.t_first for s in got.measured), got.in_flight
-        measured, decoded = got.measured, sum(s.tokens - 1 for s in got.every)
+        measured, every, held = got.measured, got.every, got.in_flight
+        delta = finished(server, drafter, before, len(every))
+        decode_s = sum(s.t_last - s.t_first for s in measured)
     else:
-        measured = streams(server.port, model, prompts, *args)
+        measured = every = streams(server.port, model, prompts, *args)
         delta = finished(server, drafter, before, c)
-        decode_s, decoded = delta["decode_s_sum"], sum(s.tokens - 1 for s in measured)
+        decode_s = delta["decode_s_sum"]
     seen = [s.decode_tokens_per_s for s in measured]
     return {"workload": workload, "temperature": sampling.temperature,
             "top_p": sampling.top_p, "concurrency": c, "rep": rep,
             "tokens_per_s": sum(s.tokens - 1 for s in measured) / (decode_s / c),
             "stream_tokens_per_s": None if None in seen else sum(seen),
-            "decode_tokens": decoded, "counters": delta, "in_flight": held}
+            "decode_tokens": sum(s.tokens - 1 for s in every), "counters": delta,
+            "in_flight": held}
 
 
 def _memory_check(engines: int) -> None:

@@ -17,10 +17,9 @@ stays measured); greedy or sampled drafts per sampling law where the drafter ser
 other mode tried by one request riding on a step that drafts); per request, n-gram drafts
 (``specpair.vllm.ngram``: looked up in its own history, no drafter round) instead of the
 drafter's when the lookup matches at this step (``lookup``) and their expected tokens per
-second are higher. Their acceptance
-given a match is measured at every round whose lookup matched, whatever was drafted
-(``ngram_seen``: the lookup's drafts against the tokens the target committed), so that choice
-never goes unmeasured.
+second are higher. Their acceptance given a match is measured at every round whose lookup
+matched, whatever was drafted (``ngram_seen``: the lookup's drafts against the tokens the
+target committed), so that choice never goes unmeasured.
 
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
@@ -106,8 +105,10 @@ _NGRAM_DECAY = 0.8
 # steady load (2026-12-07): drafted steps 52 ms at the median against 22.6 without drafts, at
 # 2.3-2.4 tokens a request within 2 % of no drafts; a stretch's first step 65 ms, a step a
 # request joined in 60; the policy drafted 17-24 % of the request-rounds and ran 0.958
-# [0.940-0.976] of the same engine without drafts. One request alone pays one request's
-# catch-up, and there drafting pays 10-35 % where it pays at all
+# [0.940-0.976] of the same engine without drafts. With the margin: 4-20 %, 0.985 of
+# target-only against 0.965, of its floor 0.960 (inside the noise; docs/performance.md).
+# One request alone pays one request's catch-up, and there drafting pays 10-35 % where it
+# pays at all
 MARGIN = 0.05
 
 
