@@ -10,16 +10,17 @@ objective, estimates, probes and measurements are written once, in docs/performa
 ``specpair.vllm.policy_setting``'s; under ``adaptive`` (the default) it chooses one depth d
 for the step's adaptive requests, the one maximizing the step's expected tokens per second
 from earlier rounds' accepted counts and step times (d = 0, target-only, when no d > 0 beats
-it, in a batch by more than MARGIN; the times fitted per kind of step, its batch size and law,
-over its own steps), with probes (``probe``: one step one depth off or two without drafts
-while drafting, four at a kind's first, bursts at K while not, so that what it turned off
-stays measured); greedy or sampled drafts per sampling law where the drafter serves both (the
-other mode tried by one request riding on a step that drafts); per request, n-gram drafts
-(``specpair.vllm.ngram``: looked up in its own history, no drafter round) instead of the
-drafter's when the lookup matches at this step (``lookup``) and their expected tokens per
-second are higher. Their acceptance given a match is measured at every round whose lookup
-matched, whatever was drafted (``ngram_seen``: the lookup's drafts against the tokens the
-target committed), so that choice never goes unmeasured.
+it, in a batch by more than MARGIN and, from requests the drafter does not hold, paying their
+catch-up; the times fitted per kind of step, its batch size and law, over its own steps), with
+probes (``probe``: one step one depth off or two without drafts while drafting, four at a
+kind's first, bursts at K while not, so that what it turned off stays measured); greedy or
+sampled drafts per sampling law where the drafter serves both (the other mode tried by one
+request riding on a step that drafts); per request, n-gram drafts (``specpair.vllm.ngram``:
+looked up in its own history, no drafter round) instead of the drafter's when the lookup
+matches at this step (``lookup``) and their expected tokens per second are higher. Their
+acceptance given a match is measured at every round whose lookup matched, whatever was
+drafted (``ngram_seen``: the lookup's drafts against the tokens the target committed), so
+that choice never goes unmeasured.
 
 A request whose user set its seed (``observe``'s ``reproducible``: V1 reads the seed, V2 the
 sampler's ``seeds_set``) gets, under ``adaptive``, depths from its own history only (its own
@@ -49,6 +50,7 @@ from specpair.vllm.policy_estimates import (
     Counts,
     Estimates,
     Fit,
+    Mean,
     Probes,
     count,
     expected_each,
@@ -58,6 +60,7 @@ from specpair.vllm.policy_estimates import (
 from specpair.vllm.policy_setting import (
     ENV,
     PIN_ARG,
+    PROBE_EVERY,
     PolicySetting,
     parse_setting,
 )
@@ -110,6 +113,15 @@ _NGRAM_DECAY = 0.8
 # One request alone pays one request's catch-up, and there drafting pays 10-35 % where it
 # pays at all
 MARGIN = 0.05
+# ... and a stretch's first drafted step carries the drafter's catch-up for every request
+# whose last step did not draft: in a batch, d > 0 from such requests pays that catch-up
+# (the kind's measured excess of its catch-up steps over their fitted times, ``catch``)
+# spread over this many steps, the stretch a switch is worth making for. Live at c = 16
+# under top-p (2026-12-07, steady): a stretch's first step 91-102 ms against 56 for the
+# drafted steps after it and 21 without drafts, and the policy switched drafting on for
+# stretches of 1-6 steps eight times in about 1,000 steps, from a fitted t(0) a few per cent
+# above the steps' median
+CATCH_UP_STEPS = PROBE_EVERY
 
 
 def sampling_law(temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[bool, bool]:
@@ -197,6 +209,10 @@ class DepthPolicy:
         self._probes = Probes()
         self._kinds: dict[tuple[int, bool], tuple[Fit, Fit, Probes]] = {
             (1, False): (self.fit, self.round_fit, self._probes)}
+        # per kind: its catch-up steps' excess over their fitted times (seconds; ``catch``
+        # is the step's)
+        self.catch = Mean()
+        self._catches: dict[tuple[int, bool], Mean] = {(1, False): self.catch}
         self._bucket = 1
         self._step: list[str] = []  # the requests observed at this step, in order
         self._adaptive_steps = 0  # every kind's (the mode probes' clock)
@@ -212,8 +228,9 @@ class DepthPolicy:
         self._joined = False  # a request was observed for the first time at the last step
         self._catch_up = False  # a request drafted at the last step but not at the one before
         # the last step's observation of the rest (fit, depth, seconds, step), added at the
-        # next begin unless a request joined in between
+        # next begin unless a request joined in between; and of a catch-up's excess
         self._pending: tuple[Fit, int, float, int] | None = None
+        self._pending_catch: tuple[Mean, float] | None = None
         self._logged_depth: int | None = None  # the last logged step's depth (``steps``)
         self._favoured: int | None = None  # its adaptive estimates' depth (None: none adaptive)
 
@@ -244,7 +261,10 @@ class DepthPolicy:
         if self._pending is not None and not self._joined:
             fit, depth, rest, step = self._pending
             fit.add(depth, rest, step)
-        self._pending = None
+        if self._pending_catch is not None and not self._joined:
+            mean, excess = self._pending_catch
+            mean.add(excess)
+        self._pending = self._pending_catch = None
         if self.steps is not None and self._last is not None and k is not None:
             self._log_step(self.steps, now - self._last, k)
         if self._last is not None and k is not None and not self._untimed:
@@ -255,6 +275,11 @@ class DepthPolicy:
                                  self._steps)
                 if k and self._round is not None and not (self._joined or self._catch_up):
                     self.round_fit.add(k, self._round, self._steps)
+            # a catch-up's excess over the step's fitted time, once the step's times are
+            # known (both fits timed: round_fit is timed only from drafted steps)
+            if (k and self._catch_up and not self._joined and self._round is not None
+                    and self.fit.w >= _MIN_FIT and self.round_fit.w > 0):
+                self._pending_catch = (self.catch, max(0.0, gap - self.time(k)))
         self._before = k or 0
         self._last, self._last_depth, self._round = now, None, None
         self._untimed = self._joined = self._catch_up = False
@@ -313,7 +338,9 @@ class DepthPolicy:
         key = (self._bucket, _truncates(self._reqs[rid].law for rid in self._step))
         if key not in self._kinds:
             self._kinds[key] = (*self._new_fits(), Probes())
+            self._catches[key] = Mean()
         self.fit, self.round_fit, self._probes = self._kinds[key]
+        self.catch = self._catches[key]
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
@@ -430,10 +457,15 @@ class DepthPolicy:
         accepts = [self._estimate(r, NGRAM if r.ngram else r.greedy) for r in reqs]
         round_trip = floor > 0 or not all(r.ngram for r in reqs)
         each = [expected_each(a, self.k_max) for a in accepts]
+        batch = len(reqs) > 1
+        # in a batch, the drafter's catch-up of the requests it does not hold (CATCH_UP_STEPS)
+        catch = (self.catch.value * sum(not r.warm for r in reqs) / len(reqs) / CATCH_UP_STEPS
+                 if batch and round_trip else 0.0)
         rates = [sum(e[d] for e in each)
-                 / self.time(max(d, floor), round_trip) for d in range(self.k_max + 1)]
+                 / (self.time(max(d, floor), round_trip) + (catch if d else 0.0))
+                 for d in range(self.k_max + 1)]
         # beyond the depths the step pays for anyway (``floor``) only by MARGIN, in a batch
-        margin = MARGIN if len(reqs) > 1 else 0.0
+        margin = MARGIN if batch else 0.0
         paid = max(range(min(floor, self.k_max) + 1), key=lambda d: (rates[d], -d))
         d = max(range(self.k_max + 1), key=lambda d: (rates[d], -d))
         if d > floor and rates[d] <= (1.0 + margin) * rates[paid]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from specpair.vllm.policy_setting import PROBE_EVERY
 
 __all__ = ["CLIP", "DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT",
-           "ZERO_EVERY", "ZERO_LEN", "Counts", "Estimates", "Fit", "Probes", "count",
+           "ZERO_EVERY", "ZERO_LEN", "Counts", "Estimates", "Fit", "Mean", "Probes", "count",
            "expected_each", "expected_tokens", "first", "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
@@ -50,6 +50,21 @@ class Counts:
     @classmethod
     def empty(cls, k_max: int) -> Counts:
         return cls([0.0] * k_max, [0.0] * k_max)
+
+
+@dataclass
+class Mean:
+    """A mean of observations fading by DECAY per new one (0 until one is seen)."""
+
+    w: float = 0.0
+    total: float = 0.0
+
+    def add(self, y: float) -> None:
+        self.w, self.total = DECAY * self.w + 1.0, DECAY * self.total + y
+
+    @property
+    def value(self) -> float:
+        return self.total / self.w if self.w else 0.0
 
 
 def first(pool: Counts, prior: float = PRIOR_A) -> float:
