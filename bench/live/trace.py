@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 def step_table(rows: list[dict], concurrency: tuple[int, ...]) -> str:
     """policy_steps.summary's rows of full batches with 3 steps or more: what each kind of
     step cost, beside which the fitted t(d) can be read."""
-    lines = [f"{'steps':14s} {'pinned':>6s}  prev->d  {'n':>5s}  rest ms  round ms"]
+    lines = [f"{'steps':14s} {'pinned':>6s}  prev->d  {'n':>5s}  rest ms  round ms  work ms"]
     for r in rows:
         if r["requests"] not in concurrency or r["steps"] < 3:
             continue
@@ -198,7 +198,8 @@ def step_table(rows: list[dict], concurrency: tuple[int, ...]) -> str:
         prev = "-" if r["prev"] is None else str(r["prev"])
         lines.append(f"{law + ' c=' + str(r['requests']):14s} {'yes' if r['pinned'] else 'no':>6s}"
                      f"  {prev:>4s}->{r['depth']}  {r['steps']:5d}  {r['rest_ms']:7.1f}"
-                     f"  {r['round_ms']:8.1f}")
+                     f"  {r['round_ms']:8.1f}  " + ("      -" if r["work_ms"] is None
+                                                     else f"{r['work_ms']:7.2f}"))
     return "\n".join(lines)
 
 

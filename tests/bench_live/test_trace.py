@@ -81,14 +81,14 @@ def test_the_table_gives_adaptive_over_the_pinned_rows_per_repetition():
 def test_the_step_table_gives_each_kind_of_full_step_its_median_cost():
     """policy_steps.summary's rows: full batches of the traced concurrencies, 3 steps or more."""
     row = {"truncated": True, "greedy": False, "requests": 16, "pinned": False, "prev": 3,
-           "depth": 3, "steps": 37, "rest_ms": 56.1, "round_ms": 31.8}
+           "depth": 3, "steps": 37, "rest_ms": 56.1, "round_ms": 31.8, "work_ms": 33.25}
     text = step_table([row, {**row, "prev": None, "depth": 0, "greedy": True, "truncated": False,
-                             "pinned": True, "rest_ms": 27.3, "round_ms": 0.0},
+                             "pinned": True, "rest_ms": 27.3, "round_ms": 0.0, "work_ms": None},
                        {**row, "requests": 9}, {**row, "steps": 2}], (16, 4))
     lines = text.splitlines()
     assert len(lines) == 3
-    assert lines[1].split() == ["top-p/k", "c=16", "no", "3->3", "37", "56.1", "31.8"]
-    assert lines[2].split() == ["T=0", "c=16", "yes", "-->0", "37", "27.3", "0.0"]
+    assert lines[1].split() == ["top-p/k", "c=16", "no", "3->3", "37", "56.1", "31.8", "33.25"]
+    assert lines[2].split() == ["T=0", "c=16", "yes", "-->0", "37", "27.3", "0.0", "-"]
 
 
 def test_bad_input_is_one_line_and_exit_4(capsys):

@@ -221,6 +221,7 @@ class DepthPolicy:
         self.probe_rounds = 0
         self.estimates: Estimates | None = None  # the last adaptive step's (metrics)
         self._round: float | None = None  # the last step's round time (None: no round)
+        self._work: float | None = None  # the last step's drafting work (``work_time``)
         self._last: float | None = None  # clock at the last begin
         self._last_depth: int | None = None  # largest depth asked for at the last step
         self._before = 0  # ... and at the step before it
@@ -281,7 +282,7 @@ class DepthPolicy:
                     and self.fit.w >= _MIN_FIT and self.round_fit.w > 0):
                 self._pending_catch = (self.catch, max(0.0, gap - self.time(k)))
         self._before = k or 0
-        self._last, self._last_depth, self._round = now, None, None
+        self._last, self._last_depth, self._round, self._work = now, None, None, None
         self._untimed = self._joined = self._catch_up = False
         self._favoured = None
         self._step = []
@@ -294,7 +295,8 @@ class DepthPolicy:
         laws = [self._reqs[rid].law for rid in self._step if rid in self._reqs]
         e = self.estimates if self._favoured is not None else None
         steps.write(t=self._last, depth=k, prev=self._logged_depth, gap_s=gap,
-                    round_s=self._round, requests=len(self._step), joined=self._joined,
+                    round_s=self._round, work_s=self._work, requests=len(self._step),
+                    joined=self._joined,
                     pinned=self._untimed, greedy=all(_greedy_law(law) for law in laws),
                     truncated=_truncates(laws), favoured=self._favoured,
                     rest_ms=None if e is None else [round(1e3 * x, 2) for x in e.rest_seconds],
@@ -425,6 +427,11 @@ class DepthPolicy:
     def round_time(self, seconds: float | None) -> None:
         """The PROPOSE round of this step took ``seconds`` (None: none was sent)."""
         self._round = seconds
+
+    def work_time(self, seconds: float) -> None:
+        """The drafting protocol's own work at this step took ``seconds`` on the drafting
+        rank, its PROPOSE round included (the step log's ``work_s``; not an estimate's)."""
+        self._work = seconds
 
     def time(self, k: int, round_trip: bool = True) -> float:
         """The fitted step time with depth k: no PROPOSE round at k = 0, nor without

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -216,6 +217,7 @@ class Drafting:
         call only; V1: a view of its token table), for the lookup to read without a copy
         (without it they are copied in from ``tokens``, ``_committed``)."""
         self.steps += 1
+        started = time.perf_counter()
         k_max = self.depth if depth is None else min(depth, self.depth)
         plan, answer = None, {}
         if self.drafter:
@@ -246,6 +248,7 @@ class Drafting:
                               "target-only", self.steps, len(reqs))
         if self.drafter:
             self._learn(plan, drafts)
+            self.policy.work_time(time.perf_counter() - started)
         return drafts
 
     def _ask(self, reqs: Sequence[RequestStep], live: Collection[str],
