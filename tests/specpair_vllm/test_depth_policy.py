@@ -481,8 +481,8 @@ class _SharedClock(dict):
     first kind's, which counts every adaptive step (the policy before kinds had clocks)."""
 
     def __getitem__(self, key):
-        fit, round_fit, _ = super().__getitem__(key)
-        return fit, round_fit, next(iter(self.values()))[2]
+        fit, round_fit, _, catch = super().__getitem__(key)
+        return fit, round_fit, next(iter(self.values()))[2], catch
 
 
 def test_the_step_without_drafts_is_timed_apart_and_not_where_drafting_switches_off():

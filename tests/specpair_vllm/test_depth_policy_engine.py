@@ -53,7 +53,7 @@ def test_a_requests_prefill_and_first_round_are_not_timed():
         runs[extra_at] = (_requests_joining(policy, clock, extra_at), policy)
     (joined, at_join), (plain, none) = runs[0], runs[None]
     assert joined == plain
-    for bucket, (fit, round_fit, _) in none._kinds.items():
+    for bucket, (fit, round_fit, *_) in none._kinds.items():
         assert at_join._kinds[bucket][0].coef == pytest.approx(fit.coef, rel=1e-9)
         assert at_join._kinds[bucket][1].coef == pytest.approx(round_fit.coef, rel=1e-9)
     late = runs[1][1]

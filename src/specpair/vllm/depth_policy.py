@@ -203,16 +203,13 @@ class DepthPolicy:
         # per kind of step: its batch size (a power-of-two bucket) and whether any request
         # truncates (top-p, top-k: its verify costs more): the rest's and the round's fits
         # and the probe schedule, over that kind's own adaptive steps (another kind's steps
-        # neither fade its observations nor reset its probes); fit, round_fit and _probes are
-        # the step's
+        # neither fade its observations nor reset its probes), and its catch-up steps' excess
+        # over their fitted times (seconds); fit, round_fit, _probes and catch are the step's
         self.fit, self.round_fit = self._new_fits()
         self._probes = Probes()
-        self._kinds: dict[tuple[int, bool], tuple[Fit, Fit, Probes]] = {
-            (1, False): (self.fit, self.round_fit, self._probes)}
-        # per kind: its catch-up steps' excess over their fitted times (seconds; ``catch``
-        # is the step's)
         self.catch = Mean()
-        self._catches: dict[tuple[int, bool], Mean] = {(1, False): self.catch}
+        self._kinds: dict[tuple[int, bool], tuple[Fit, Fit, Probes, Mean]] = {
+            (1, False): (self.fit, self.round_fit, self._probes, self.catch)}
         self._bucket = 1
         self._step: list[str] = []  # the requests observed at this step, in order
         self._adaptive_steps = 0  # every kind's (the mode probes' clock)
@@ -339,10 +336,8 @@ class DepthPolicy:
         out, adaptive = {}, []
         key = (self._bucket, _truncates(self._reqs[rid].law for rid in self._step))
         if key not in self._kinds:
-            self._kinds[key] = (*self._new_fits(), Probes())
-            self._catches[key] = Mean()
-        self.fit, self.round_fit, self._probes = self._kinds[key]
-        self.catch = self._catches[key]
+            self._kinds[key] = (*self._new_fits(), Probes(), Mean())
+        self.fit, self.round_fit, self._probes, self.catch = self._kinds[key]
         for rid in self._step:
             r = self._reqs[rid]
             s = r.setting or self.setting
