@@ -39,7 +39,7 @@ from specpair.vllm.policy_estimates import expected_tokens
 __all__ = ["C16", "C16_LAWS", "CELLS", "FOREIGN", "INTEL_C1", "LIVE", "SCENARIOS", "SLOW_S",
            "TINY", "TRAINED", "UNSEEN", "Costs", "Load", "SimClock", "Step", "Workload",
            "by_request", "fixed_rates", "rate", "recovery", "run_cells", "scenario", "simulate",
-           "slow", "stream", "unseen_run"]
+           "slow", "slowdown", "stream", "unseen_run"]
 
 
 @dataclass(frozen=True)
@@ -339,6 +339,30 @@ def scenario(name: str, temperature: float, seed: int, k: int = 3
                                                           and s.request >= trace[start].request]))
 
 
+def slowdown(seed: int, factor: float, seconds: float, tokens: int = 1200) -> tuple[int, int]:
+    """The box slowing at c = 16 under top-p (``C16_LAWS``, code top-p): three waves of 16
+    requests on a quiet engine, then 16 of ``tokens`` whose target forwards take ``factor``
+    times as long for ``seconds`` from 3 s in (the r32 episode: the steps without drafts
+    took 30-50 ms for about 6 s against 21). Returns the steps that drafted after the box
+    recovered and the steps there (on a quiet box: the probes', about 2 %)."""
+    w = CELLS[4]
+    clock = SimClock()
+    policy = DepthPolicy(3, clock=clock)
+    rng = random.Random(seed)
+    for i in range(3):
+        clock.now += 1.0
+        simulate(policy, C16_LAWS, [w.prompts[0]] * 16, 128, rng, None, w.law, tag=f"w{i}-")
+    clock.now += 1.0
+    start = clock.now + 3.0
+    end = start + seconds
+    trace: list[Step] = []
+    simulate(policy, C16_LAWS, [w.prompts[0]] * 16, tokens, rng, None, w.law, tag="s-",
+             load=lambda now: (factor, 1.0) if start <= now < end else (1.0, 1.0),
+             trace=trace)
+    after = [s for s in trace if s.at >= end]
+    return sum(1 for s in after if s.depth), len(after)
+
+
 def _noisy(rng: random.Random, costs: Costs, ms: float) -> float:
     return ms * math.exp(rng.gauss(0.0, costs.noise)) * (2.0 if rng.random() < costs.hiccup
                                                          else 1.0)
@@ -410,3 +434,12 @@ if __name__ == "__main__":  # the figures docs/performance.md quotes: python pol
                      "the end" if done else "never")
                   + (f" ({len(got) - len(done)} of {len(got)} never)" if len(done) < len(got)
                      else ""))
+    for factor, seconds in ((1.7, 3.0), (1.7, 6.0), (2.0, 6.0), (2.0, 12.0)):
+        got = [slowdown(seed, factor, seconds) for seed in range(30)]
+        stuck = [d for d, _ in got if d > 100]
+        print(f"c = 16 top-p, the forward {factor:g}x for {seconds:g} s: drafting on after the "
+              f"recovery in {len(stuck)} of 30 seeds"
+              + (f" ({min(stuck)}-{max(stuck)} drafted steps of the "
+                 f"{min(n for _, n in got)}-{max(n for _, n in got)} after it)" if stuck else "")
+              + f"; else {min(d for d, _ in got if d <= 100)}-"
+              f"{max(d for d, _ in got if d <= 100)} drafted steps (the probes')")
