@@ -29,10 +29,12 @@ from policy_sim import (
     recovery,
     scenario,
     slow,
+    slowdown,
     stream,
     unseen_run,
 )
 
+from specpair.vllm import depth_policy, policy_estimates
 from specpair.vllm.depth_policy import DepthPolicy
 from specpair.vllm.policy_estimates import (
     PROBE_LEN,
@@ -43,6 +45,7 @@ from specpair.vllm.policy_estimates import (
     Probes,
     probe,
 )
+from specpair.vllm.policy_setting import PROBE_EVERY
 
 K = 3
 SEEDS = range(6)
@@ -80,10 +83,11 @@ def test_a_request_does_not_stop_drafting_on_its_first_unlucky_rounds():
     twin on the same prompt: 1.24x those steps' pace). Here, 20 engines of 30 requests: with
     4, 26 of the 600 requests spent more than half their steps at depth 0 (in 15 engines;
     adaptive over fixed:3 0.982 at the geometric mean); with 16 under a sampled law
-    (``_PRIOR_ROUNDS_SAMPLED``) 7 (in 2 engines; 0.989). Not none: in one engine the first
-    request's first 15 rounds accepted 3.5 first drafts in 13 (a 1 % draw at 0.58), and the
-    law's a_1 and a drafted step's time, timed on four-step bursts, kept the next five
-    requests at depth 0 near break-even until a burst found otherwise."""
+    (``_PRIOR_ROUNDS_SAMPLED``) 7 (in 2 engines; 0.989); with ``Fit``'s level 5 (in 4
+    engines; 0.992). Not none: in one engine the first request's first 15 rounds accepted
+    3.5 first drafts in 13 (a 1 % draw at 0.58), and the law's a_1 and a drafted step's time,
+    timed on four-step bursts, kept the next five requests at depth 0 near break-even until
+    a burst found otherwise."""
     stopped, engines = 0, 0
     for seed in range(20):
         policy = DepthPolicy(K, clock=SimClock())
@@ -92,7 +96,7 @@ def test_a_request_does_not_stop_drafting_on_its_first_unlucky_rounds():
         mine = [[s.depth for s in trace if s.request == req] for req in by_request(trace)]
         here = sum(d.count(0) > len(d) / 2 for d in mine)
         stopped, engines = stopped + here, engines + (here > 0)
-    assert stopped <= 8 and engines <= 3, (stopped, engines)
+    assert stopped <= 8 and engines <= 4, (stopped, engines)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
@@ -194,7 +198,8 @@ def test_a_round_that_carries_catch_up_is_not_timed():
 
 def test_stale_step_times_fade_by_steps_not_by_rounds_timed():
     """A round fit learned 300 adaptive steps ago (55 ms rounds) is overruled by the first
-    rounds timed now (6 ms); counted per round timed, as before, they would hardly move it."""
+    rounds timed now (6 ms): after LEVEL_AGE steps unobserved its level is set again; counted
+    per round timed, as before, they would hardly move it."""
     by_step, by_round = Fit(0.1, (0.0, 0.0)), Fit(0.1, (0.0, 0.0))
     for i in range(100):
         by_step.add(3, 0.055, i)
@@ -204,3 +209,69 @@ def test_stale_step_times_fade_by_steps_not_by_rounds_timed():
         by_round.add(3, 0.006)
     assert by_step.time(3) < 0.008
     assert by_round.time(3) > 0.04
+
+
+def test_a_box_that_slowed_and_recovered_does_not_keep_a_batch_drafting(monkeypatch):
+    """The r32 episode in the simulator (``policy_sim.slowdown``): 16 top-p requests, the
+    target's forward 1.7x for 3 or 6 s or 2x for 6 or 12 s while the policy does not draft.
+    Live the steps without drafts rose from 21 to 30-50 ms for about 6 s, drafting paid on a
+    t(0) timed then against depths timed before, and went on for 318 steps after the box
+    recovered. Here no run of 40 (4 slowdowns, 10 seeds) drafts more than 100 steps after
+    the recovery (the probes alone draft 16-40). The control, as before: every observation
+    joins its depth's mean (no depth leads a level) and a drafting stretch keeps the bursts'
+    schedule: 10 of 40 (8 of the 10 at 2x over 6 s), drafting 280-410 steps after it."""
+    def stuck() -> int:
+        return sum(slowdown(seed, factor, seconds)[0] > 100 for seed in range(10)
+                   for factor, seconds in ((1.7, 3.0), (1.7, 6.0), (2.0, 6.0), (2.0, 12.0)))
+
+    assert stuck() == 0
+    monkeypatch.setattr(policy_estimates, "SHAPE_STEPS", 10**9)
+    monkeypatch.setattr(policy_estimates, "LEVEL_AGE", 10**9)
+    monkeypatch.setattr(depth_policy, "probe",
+                        lambda *a, **k: probe(*a, **{**k, "batch": False}))
+    assert stuck() >= 6  # the control
+
+
+def test_the_level_moves_the_depths_not_drafted_with_the_one_drafted(monkeypatch):
+    """t(0) timed at every step (20 ms), t(3) by a probe burst's 3 steps (50 ms); then the
+    box twice as slow for 100 steps at depth 0 only: t(3) reads 100 ms with it. A stretch at
+    3 begins on the slow box, the box comes back while it drafts, and a zero probe's one step
+    is placed against the level depth 3 measured: t(0) 20 ms and t(3) 50 again. The control,
+    no level (LEVEL_GAIN 0): t(3) keeps its 50 ms while the box is slow (nor does t(0)
+    follow it)."""
+    def run() -> tuple[float, float, float]:
+        fit = Fit(0.0, (1.0, 0.0), jump=True)
+        step = 0
+        for y, k, n in ((0.020, 0, 50), (0.050, 3, 3), (0.020, 0, 10), (0.040, 0, 100),
+                        (0.100, 3, 20), (0.050, 3, 40), (0.020, 0, 1)):
+            for _ in range(n):
+                step += 1
+                fit.add(k, y, step)
+            if step == 163:
+                slow = fit.time(3)
+        return slow, fit.time(0), fit.time(3)
+
+    slow, t0, t3 = run()
+    assert slow == pytest.approx(0.100, rel=0.1)
+    assert t0 == pytest.approx(0.020, rel=0.1) and t3 == pytest.approx(0.050, rel=0.1)
+    monkeypatch.setattr(policy_estimates, "LEVEL_GAIN", 0.0)
+    slow, _, _ = run()
+    assert slow == pytest.approx(0.050, rel=0.1)  # the control
+
+
+def test_a_drafting_stretch_in_a_batch_is_probed_from_its_start_without_drafts_first():
+    """300 steps where the estimates favour d = 0 (the bursts' gap grows to PROBE_MAX), then
+    d = 3: in a batch the stretch's first probe comes ``every`` steps in and drafts nothing
+    (ZERO_LEN steps); one request alone keeps the bursts' due step, as before."""
+    def first_zero(batch: bool) -> int | None:
+        state = Probes()
+        for _ in range(300):
+            probe(state, 0, K, batch=batch)
+        for i in range(PROBE_MAX):
+            if probe(state, K, K, batch=batch) == 0:
+                return i
+        return None
+
+    assert first_zero(True) == PROBE_EVERY
+    late = first_zero(False)
+    assert late is None or late > 4 * PROBE_EVERY  # the control

@@ -11,13 +11,15 @@ objective, estimates, probes and measurements are written once, in docs/performa
 for the step's adaptive requests, the one maximizing the step's expected tokens per second
 from earlier rounds' accepted counts and step times (d = 0, target-only, when no d > 0 beats
 it, in a batch by more than MARGIN and, from requests the drafter does not hold, paying their
-catch-up; the times fitted per kind of step, its batch size and law, over its own steps), with
-probes (``probe``: one step one depth off or two without drafts while drafting, four at a
-kind's first, bursts at K while not, so that what it turned off stays measured); greedy or
-sampled drafts per sampling law where the drafter serves both (the other mode tried by one
-request riding on a step that drafts); per request, n-gram drafts (``specpair.vllm.ngram``:
-looked up in its own history, no drafter round) instead of the drafter's when the lookup
-matches at this step (``lookup``) and their expected tokens per second are higher. Their
+catch-up; the times fitted per kind of step, its batch size and law, over its own steps,
+through a level that follows the box), with probes (``probe``: one step one depth off or two
+without drafts while drafting, four at a kind's first, bursts at K while not, and a batch's
+drafting stretch probed from its start, without drafts first, so that what it turned off
+stays measured); greedy or sampled drafts per sampling law where the drafter serves both (the
+other mode tried by one request riding on a step that drafts); per request, n-gram drafts
+(``specpair.vllm.ngram``: looked up in its own history, no drafter round) instead of the
+drafter's when the lookup matches at this step (``lookup``) and their expected tokens per
+second are higher. Their
 acceptance given a match is measured at every round whose lookup matched, whatever was
 drafted (``ngram_seen``: the lookup's drafts against the tokens the target committed), so
 that choice never goes unmeasured.
@@ -479,7 +481,8 @@ class DepthPolicy:
         """The step's depth for ``reqs`` from their ``_rates`` (a probe's, when one is due)."""
         favoured, rates, accepts = rated
         self._adaptive_steps += 1
-        d = probe(self._probes, favoured, self.k_max, self.setting.probe_every)
+        d = probe(self._probes, favoured, self.k_max, self.setting.probe_every,
+                  batch=len(reqs) > 1)
         self._favoured = favoured
         if d != favoured:
             self.probe_rounds += len(reqs)

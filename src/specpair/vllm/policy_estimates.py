@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from specpair.vllm.policy_setting import PROBE_EVERY
 
-__all__ = ["CLIP", "DECAY", "PRIOR_A", "POOL_PRIOR", "PROBE_LEN", "PROBE_MAX", "SLOPE_WEIGHT",
-           "ZERO_EVERY", "ZERO_LEN", "Counts", "Estimates", "Fit", "Mean", "Probes", "count",
-           "expected_each", "expected_tokens", "first", "probe"]
+__all__ = ["CLIP", "DECAY", "LEVEL_AGE", "LEVEL_GAIN", "PRIOR_A", "POOL_PRIOR",
+           "PROBE_LEN", "PROBE_MAX", "SHAPE_STEPS", "SLOPE_WEIGHT", "ZERO_EVERY", "ZERO_LEN",
+           "Counts", "Estimates", "Fit", "Mean", "Probes", "count", "expected_each",
+           "expected_tokens", "first", "probe"]
 
 PROBE_LEN = 4  # while at d = 0: a probe is a burst of this many steps at K ...
 PROBE_MAX = 256  # ... PROBE_LEN * PROBE_EVERY steps apart, doubling up to this
@@ -22,6 +23,10 @@ CLIP = 2.0  # a step time counts at most this many times its depth's decayed mea
 PRIOR_A = 0.7  # a_j before anything is seen (optimistic: a new engine drafts K)
 POOL_PRIOR = 8.0  # ... worth this many rounds in a law's engine-wide counts of a_1
 SLOPE_WEIGHT = 0.1  # depths' worth of that prior slope in the fit (a depth weighs at most 1)
+# the step times' level (``Fit``): a depth observed this many times in a row (or after this
+# many adaptive steps without an observation) leads the level, which follows this share of
+# each of its steps' ratio to the prediction (a box twice as slow followed in about 10 steps)
+SHAPE_STEPS, LEVEL_AGE, LEVEL_GAIN = 4, 16, 0.1
 ZERO_EVERY = 8  # while drafting: one probe in this many drafts nothing (the rest at d = 0)
 ZERO_LEN = 2  # ... for this many steps (the first after drafted steps is not timed)
 
@@ -83,10 +88,12 @@ class Probes:
     left: int = 0  # steps left in the current burst
     depth: int = 0  # the burst's depth
     made: int = 0  # probes made while drafting
+    run: int = 0  # ... in this drafting stretch (``batch``)
+    on: bool = False  # the estimates favoured drafting at the last step
 
 
 def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
-          zero: bool = True) -> int:
+          zero: bool = True, batch: bool = False) -> int:
     """The depth to draft at this step, given the depth the estimates favour: that one, or a
     probe's. A deterministic function of the schedule's own past (its step count and the
     favoured depths it was given), nothing else.
@@ -110,8 +117,18 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     so only the burst's later rounds time the round and the deeper positions. So while
     drafting, at most ZERO_EVERY + ZERO_LEN - 1 adaptive steps in ZERO_EVERY * ``every``
     draft a depth the estimates do not favour (9 in 128; 11 in the first 128), and while
-    drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64)."""
+    drafting is off, never fewer than PROBE_LEN in PROBE_MAX (1 in 64).
+    In a ``batch`` (more than one request a step), a drafting stretch that begins from d = 0
+    is probed from its start, ``every`` steps in, and its first probe drafts nothing: it
+    began on a t(0) timed at depth 0 against times of d > 0 timed by the bursts, at other
+    moments of the box (``Fit``'s level follows it; their ratio is measured only where the
+    depths meet). Without it the stretch kept the bursts' due step, up to PROBE_MAX away, and
+    then waited for the ZERO_EVERY-th probe: in the policy simulator's slowdown at c = 16
+    (``slowdown``), no step without drafts for 390 steps after the box recovered."""
     state.steps += 1
+    if batch and favoured and not state.on:  # a drafting stretch begins: probed from here
+        state.due, state.run = min(state.due, state.steps + every), 0
+    state.on = favoured > 0
     if state.left:
         state.left -= 1
         if favoured != state.depth:
@@ -128,7 +145,8 @@ def probe(state: Probes, favoured: int, k_max: int, every: int = PROBE_EVERY,
     state.gap = every
     state.due = state.steps + every
     state.made += 1
-    if zero and state.made % ZERO_EVERY == 1:
+    state.run += 1
+    if zero and (state.made % ZERO_EVERY == 1 or (batch and state.run == 1)):
         state.depth, state.left = 0, (PROBE_LEN if state.made == 1 else ZERO_LEN) - 1
         return 0
     return favoured + 1 if favoured < k_max else favoured - 1
@@ -162,26 +180,53 @@ class Fit:
     at 3), and a line through all of them puts t(0) high, the more so the less depth 0 weighs.
     An observation counts at most CLIP times its depth's mean so far: a depth observed a dozen
     times is moved by a cluster of two slow steps by a fifth, not by half (live at c = 16, a
-    new top-p kind's t(0) went from 30 to 47 ms on two steps of 117 and 127 ms; clipped, 36)."""
+    new top-p kind's t(0) went from 30 to 47 ms on two steps of 117 and 127 ms; clipped, 36).
+    The box's speed is kept apart from the depths' shape: t(k) is a ``level`` times that fit,
+    and the means are of seconds over the level at their observation. The depth observed
+    SHAPE_STEPS times in a row (the one drafted) leads: its steps move the level only, by
+    LEVEL_GAIN of their ratio to the prediction less one (a step counted at most CLIP times
+    the prediction, as the means count it: so the level and the means are means alike, slow
+    steps included), so that every depth's time follows the box; any other depth's steps (a
+    probe, a zero probe, a stretch's first steps) are placed against the level the lead just
+    measured. A fit not observed for LEVEL_AGE adaptive steps has its level set again by the
+    next observation of a depth it knows. Live at c = 16 under top-p (r32) the box slowed for
+    about 6 s: the steps without drafts rose from 21 to 30-50 ms, the depths drafted only by
+    the probes kept their times from before, drafting paid on those estimates and went on
+    for 318 steps after the box recovered."""
 
     prior: float  # b / a before the data show a slope
-    coef: tuple[float, float]  # (a, b); until timed, in relative units
+    coef: tuple[float, float]  # (a, b); until timed, in relative units; over the level
     step: int | None = None  # the policy's adaptive step of the last observation
-    # per depth: [decayed weight, decayed sum of seconds]
+    # per depth: [decayed weight, decayed sum of seconds over the level at each]
     sums: dict[int, list[float]] = field(default_factory=dict)
     jump: bool = False  # t(0) apart from the line
     zero: float | None = None  # t(0) apart (``jump``): depth 0's mean, once another depth's
+    level: float = 1.0  # the box's speed now against the means' (t(k) = level * the fit)
+    run: tuple[int, int] = (-1, 0)  # the depth of the last observations, how many in a row
+    lead: int = -1  # the depth whose observations move the level (-1: none yet)
 
     def add(self, x: int, y: float, step: int | None = None) -> None:
-        """One observation; ``step``: the policy's adaptive steps so far, so that older
-        observations fade by DECAY per adaptive step gone by, timed or not (without it: per
-        observation)."""
+        """One observation; ``step``: the policy's adaptive steps so far (LEVEL_AGE's clock).
+        The lead's observations move the level; the others fade the means' older
+        observations by DECAY each and join their depth's mean."""
         age = 1 if step is None or self.step is None else max(1, step - self.step)
         self.step = step
-        d = DECAY ** age
+        self.run = (x, self.run[1] + 1 if self.run[0] == x else 1)
+        s = self.sums.get(x)
+        known = s is not None and s[0] > 0 and y > 0
+        if known and (age > LEVEL_AGE or self.run[1] > SHAPE_STEPS):
+            self.lead = x
+        if known and x == self.lead:
+            ratio = y / self.time(x)
+            if age > LEVEL_AGE:
+                self.level *= ratio
+            else:
+                self.level *= 1.0 + LEVEL_GAIN * (min(ratio, CLIP) - 1.0)
+            return
         for s in self.sums.values():
-            s[0], s[1] = d * s[0], d * s[1]
+            s[0], s[1] = DECAY * s[0], DECAY * s[1]
         s = self.sums.setdefault(x, [0.0, 0.0])
+        y /= self.level
         if s[0] > 0:
             y = min(y, CLIP * s[1] / s[0])
         s[0], s[1] = s[0] + 1, s[1] + y
@@ -217,9 +262,9 @@ class Fit:
     def time(self, k: int) -> float:
         a, b = self.coef
         if self.zero is None:
-            return a + b * k
+            return self.level * (a + b * k)
         # apart, but never below it: a verify of more tokens does not cost less
-        return self.zero if k == 0 else max(a + b * k, self.zero)
+        return self.level * (self.zero if k == 0 else max(a + b * k, self.zero))
 
 
 def count(counts: tuple[Counts, ...], handed: int, accepted: int,
