@@ -179,6 +179,9 @@ class _Req:
     setting: PolicySetting | None = None  # its own setting (PIN_ARG); None: the engine's
     law: Hashable = ()  # the engine-wide counts it shares (``observe``'s ``law``)
     reproducible: bool = False  # its user set its seed: depths from its own history only
+    # per drafting mode: its last ``_expected`` and what it was computed from (at depth 0 in a
+    # batch most requests' counts and their law's a_1 stay as they were from step to step)
+    memo: dict[Hashable, tuple[tuple, list[float], list[float]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,6 +199,8 @@ class DepthPolicy:
 
     def __post_init__(self) -> None:
         self.chosen = [0] * (self.k_max + 1)
+        # n-gram drafts' estimates where the lookup found none: nothing to accept
+        self._no_match = ([0.0] * self.k_max, [1.0] * (self.k_max + 1))
         self._reqs: dict[str, _Req] = {}
         # a_1's engine-wide counts by (law, greedy drafting mode), decayed
         self._pools: dict[tuple[Hashable, bool], Counts] = {}
@@ -458,9 +463,9 @@ class DepthPolicy:
                ) -> tuple[int, list[float], list[list[float]]]:
         """The favoured depth, the expected tokens per second of each d, each request's
         a_1..a_K."""
-        accepts = [self._estimate(r, NGRAM if r.ngram else r.greedy) for r in reqs]
+        accepts, each = zip(*(self._expected(r, NGRAM if r.ngram else r.greedy)
+                              for r in reqs), strict=True)
         round_trip = floor > 0 or not all(r.ngram for r in reqs)
-        each = [expected_each(a, self.k_max) for a in accepts]
         batch = len(reqs) > 1
         # in a batch, the drafter's catch-up of the requests it does not hold (CATCH_UP_STEPS)
         catch = (self.catch.value * sum(not r.warm for r in reqs) / len(reqs) / CATCH_UP_STEPS
@@ -528,13 +533,15 @@ class DepthPolicy:
         that drafts anyway; deciding the step's depth with it, a probe of a mode that does not
         pay kept a one-request law from drafting until the probe was made)."""
         probed: dict[Hashable, _Req] = {}
+        modes: dict[Hashable, bool] = {}  # each law's, decided at its first request
         for r in reqs:
             if not greedy_items or _greedy_law(r.law):
                 r.greedy = False  # no choice; at T = 0 a sampled draft is the argmax already
+            elif r.law in modes:
+                r.greedy = modes[r.law]
             else:
-                choice = self._law_mode(r.law)
-                r.greedy = choice
-                if r.law not in probed and self._mode_probe_due(r.law, choice):
+                r.greedy = modes[r.law] = self._law_mode(r.law)
+                if self._mode_probe_due(r.law, r.greedy):
                     probed[r.law] = r
             r.ngram = self._source(r)
         return probed
@@ -546,9 +553,8 @@ class DepthPolicy:
         n-gram ones at every round whose lookup matched (``ngram_seen``), the drafter's kept
         from its rounds and refreshed by the engine's probes of it."""
         def best(mode: Hashable, round_trip: bool) -> float:
-            a = self._estimate(r, mode)
             return max(e / self.time(d, round_trip)
-                       for d, e in enumerate(expected_each(a, self.k_max)) if d)
+                       for d, e in enumerate(self._expected(r, mode)[1]) if d)
         if self.k_max == 0 or not self.ngram_adaptive or not r.found:
             return False
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
@@ -578,12 +584,26 @@ class DepthPolicy:
             r.ngram = choice
         return mixed
 
-    def _estimate(self, r: _Req, mode: Hashable) -> list[float]:
-        """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's;
-        under NGRAM 0 beyond the drafts its lookup found at this step."""
-        a1 = first(self._pool(r.law, mode), _PRIOR_NGRAM if mode == NGRAM else PRIOR_A)
+    def _expected(self, r: _Req, mode: Hashable) -> tuple[list[float], list[float]]:
+        """``r``'s a_1..a_K under ``mode`` (a drafter mode or NGRAM), shrunk to its law's,
+        under NGRAM 0 beyond the drafts its lookup found at this step; and its E(0)..E(K).
+        Computed again only when what they are computed from changed (``_Req.memo``: the
+        same floats, from the same inputs)."""
+        ngram = mode == NGRAM
+        if ngram and not r.found:
+            return self._no_match
+        a1 = first(self._pool(r.law, mode), _PRIOR_NGRAM if ngram else PRIOR_A)
+        own = r.counts[mode]
+        key = (a1, r.found if ngram else 0, *own.tested, *own.accepted)
+        memo = r.memo.get(mode)
+        if memo is not None and memo[0] == key:
+            return memo[1], memo[2]
         a = self._acceptance(r, mode, a1, _deeper(r.law, mode, a1))
-        return [x if mode != NGRAM or j < r.found else 0.0 for j, x in enumerate(a)]
+        if ngram:
+            a = [x if j < r.found else 0.0 for j, x in enumerate(a)]
+        each = expected_each(a, self.k_max)
+        r.memo[mode] = (key, a, each)
+        return a, each
 
     def _law_mode(self, law: Hashable) -> bool:
         """Greedy drafts for the law's requests once its greedy rounds (at least
