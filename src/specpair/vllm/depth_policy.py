@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from specpair.vllm import settings
@@ -460,7 +460,7 @@ class DepthPolicy:
         return self._rates(reqs, floor)[0]
 
     def _rates(self, reqs: list[_Req], floor: int
-               ) -> tuple[int, list[float], list[list[float]]]:
+               ) -> tuple[int, list[float], Sequence[list[float]]]:
         """The favoured depth, the expected tokens per second of each d, each request's
         a_1..a_K."""
         accepts, each = zip(*(self._expected(r, NGRAM if r.ngram else r.greedy)
@@ -482,7 +482,7 @@ class DepthPolicy:
         return d, rates, accepts
 
     def _adaptive(self, reqs: list[_Req],
-                  rated: tuple[int, list[float], list[list[float]]]) -> int:
+                  rated: tuple[int, list[float], Sequence[list[float]]]) -> int:
         """The step's depth for ``reqs`` from their ``_rates`` (a probe's, when one is due)."""
         favoured, rates, accepts = rated
         self._adaptive_steps += 1
@@ -560,7 +560,7 @@ class DepthPolicy:
         return best(NGRAM, False) > max(best(r.greedy, True), 1.0 / self.time(0))
 
     def _one_source(self, reqs: list[_Req], floor: int
-                    ) -> tuple[int, list[float], list[list[float]]]:
+                    ) -> tuple[int, list[float], Sequence[list[float]]]:
         """n-gram drafts for every adaptive request of the step when the step's best expected
         tokens per second is higher so than with each request's own choice (``_source``): one
         request that takes the drafter's drafts makes the whole step wait for the PROPOSE
